@@ -1,0 +1,83 @@
+"""The backend interface: teacher-forced scoring of continuations and text generation, batched.
+
+Implementations: `zcp.backends.hf.HFBackend` (transformers). vLLM and OpenAI-compatible backends
+implement the same two methods; an API backend that cannot pre-fill the assistant turn reports
+`supports_prefill = False` and `supports_logprobs` as its endpoint allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the model sees before its continuation.
+
+    `user` is the user turn; `assistant_prefix` pre-fills the assistant turn (zero-CoT uses
+    ``The final answer is: \\[ \\boxed{``). With `chat=True` an open-weights backend renders the
+    model's chat template (add_generation_prompt=True) and appends the prefix; a model without a
+    template gets ``user + "\\n" + assistant_prefix``. With `chat=False` the text is used raw:
+    ``user + assistant_prefix`` (log-likelihood multiple choice, base-model pretraining format).
+    """
+
+    user: str
+    assistant_prefix: str = ""
+    system: str | None = None
+    chat: bool = True
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score `continuation` given `prompt` by teacher forcing."""
+
+    prompt: Prompt
+    continuation: str
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """Per-token log-probabilities of the continuation's tokens (tokenised in context)."""
+
+    token_logprobs: tuple[float, ...]
+    tokens: tuple[str, ...] = ()
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_logprobs)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Greedy (or sampled) continuation of `prompt`.
+
+    `stop_at_box_close`: stop when the `\\boxed{` opened by the prefix is closed (brace-balanced);
+    the returned text then ends before that closing brace. Otherwise stop at EOS, any of `stop`,
+    or `max_new_tokens`.
+    """
+
+    prompt: Prompt
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    stop_at_box_close: bool = False
+    temperature: float = 0.0
+    seed: int | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model that can score continuations and generate text, in batches."""
+
+    name: str
+    supports_prefill: bool
+    supports_logprobs: bool
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Teacher-forced log-probabilities of each continuation, in request order."""
+        ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Generated text (after the prompt and prefix), in request order."""
+        ...

@@ -1,0 +1,78 @@
+"""Small I/O helpers shared by runs: JSONL append/read, stable hashing, seeding."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes (for manifests and build reports)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def stable_hash(text: str, n: int = 16) -> str:
+    """Short hex digest of a string; identical across processes and machines."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Write rows as JSONL atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def append_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Append rows and flush to disk, so a killed run keeps everything already written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | os.PathLike[str], *, tolerate_partial_last_line: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield rows of a JSONL file; a truncated last line (a killed writer) may be skipped."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as e:
+            if tolerate_partial_last_line and i == len(lines) - 1:
+                return
+            from zcp.data.schema import DataError
+
+            raise DataError(f"invalid JSON ({e.msg})", path=str(path), row=i + 1) from e
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (if importable) from one integer."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
