@@ -1,0 +1,191 @@
+"""Word-problem generator: constraints, determinism, execution, CoT format, perturbation, rewording."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zcp.data.schema import Item
+from zcp.data.wordproblems import (
+    DEFAULT_FAMILIES,
+    FAMILIES,
+    FINAL_ANSWER_PREFIX,
+    NumberRanges,
+    execute,
+    generate_word_problems,
+    perturb_word_problem,
+    render_solution,
+    reword_word_problem,
+    sample_word_problem,
+    signature,
+)
+
+POOL = generate_word_problems(240, seed=7)
+STEP_RE = re.compile(r"^.+: (\d+) ([-+*/]) (\d+) = (\d+)\.$")
+OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y, "/": lambda x, y: x / y}
+
+
+def _check_solution(item: Item) -> None:
+    lines = item.solution.split("\n")
+    assert lines[-1] == f"The final answer is: \\[ \\boxed{{{item.answer}}} \\]"
+    assert lines[-1].startswith(FINAL_ANSWER_PREFIX)
+    assert len(lines) - 1 == item.metadata["steps"] == len(item.metadata["program"])
+    last = None
+    for line in lines[:-1]:
+        m = STEP_RE.match(line)
+        assert m, line
+        x, op, y, r = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+        assert OPS[op](x, y) == r  # every step shows one correct operation
+        last = r
+    assert str(last) == item.answer
+
+
+def _check_constraints(item: Item, limits: NumberRanges = NumberRanges()) -> None:
+    meta = item.metadata
+    env = dict(meta["values"])
+    for step in meta["program"]:
+        x, y = (env[a] for a in step["args"])
+        if step["op"] == "/":
+            assert y != 0 and x % y == 0, "division must be exact"
+        r = OPS[step["op"]](x, y)
+        assert r == int(r) and 1 <= r <= limits.max_answer, (step, r)
+        env[step["out"]] = int(r)
+    for name, kind in FAMILIES[meta["family"]].inputs:
+        lo, hi = limits.bounds(kind)
+        assert lo <= meta["values"][name] <= hi
+        assert str(meta["values"][name]) in item.question
+
+
+def test_pool_constraints_execution_and_cot() -> None:
+    assert len({it.question for it in POOL}) == len(POOL)
+    assert len({signature(it) for it in POOL}) == len(POOL)
+    assert {it.metadata["family"] for it in POOL} == set(DEFAULT_FAMILIES)
+    assert len(DEFAULT_FAMILIES) >= 6
+    for i, it in enumerate(POOL):
+        assert it.id == f"wp-{i:05d}"
+        assert it.metadata["source"] == "wordproblem"
+        assert execute(it) == int(it.answer) == execute(it.metadata)
+        assert render_solution(it) == it.solution
+        _check_constraints(it)
+        _check_solution(it)
+
+
+def test_families_have_enough_distinct_templates() -> None:
+    for fam in FAMILIES.values():
+        assert len(set(fam.questions)) >= 3 and len(set(fam.rewordings)) >= 6
+        assert not set(fam.questions) & set(fam.rewordings)
+        assert {fam.steps[0][0]} <= {"+", "-", "*", "/"}
+    assert {len(f.steps) for f in FAMILIES.values()} >= {1, 2, 3}
+    # every template of every family is used somewhere in a moderate pool
+    pool = generate_word_problems(600, seed=3)
+    used = {(it.metadata["family"], it.metadata["template"]) for it in pool}
+    assert used == {(f.name, t) for f in FAMILIES.values() for t in range(len(f.questions))}
+
+
+def test_determinism_prefix_and_id_prefix() -> None:
+    again = generate_word_problems(240, seed=7)
+    assert [it.to_dict() for it in again] == [it.to_dict() for it in POOL]
+    assert [it.question for it in generate_word_problems(50, seed=7)] == [it.question for it in POOL[:50]]
+    other = generate_word_problems(50, seed=8, id_prefix="bench")
+    assert other[3].id == "bench-00003"
+    assert [it.question for it in other] != [it.question for it in POOL[:50]]
+
+
+def test_exclude_is_respected() -> None:
+    reserved = {signature(it) for it in generate_word_problems(120, seed=1, families=["add", "multiply"])}
+    corpus = generate_word_problems(240, seed=2, families=["add", "multiply"], exclude=reserved)
+    assert not {signature(it) for it in corpus} & reserved
+    # without exclude the same seed does collide with the reserved pool (multiply's space is small)
+    plain = generate_word_problems(240, seed=2, families=["add", "multiply"])
+    assert {signature(it) for it in plain} & reserved
+
+
+def test_families_filter_ranges_and_errors() -> None:
+    limits = NumberRanges(min_operand=2, max_operand=20, max_factor=5, max_multiplicand=6, max_answer=50)
+    items = generate_word_problems(30, seed=0, families=["two_step", "divide"], limits=limits)
+    assert {it.metadata["family"] for it in items} == {"two_step", "divide"}
+    for it in items:
+        _check_constraints(it, limits)
+    with pytest.raises(ValueError, match="unknown"):
+        generate_word_problems(3, seed=0, families=["nope"])
+    with pytest.raises(ValueError, match="exhausted"):  # multiply has only 4*5 combinations here
+        generate_word_problems(30, seed=0, families=["multiply"], limits=limits)
+
+
+def test_execute_program_forms_and_inexact_division() -> None:
+    program = FAMILIES["divide"].program
+    assert execute(program, {"a": 42, "b": 6}) == 7
+    assert execute({"program": program, "values": {"a": 12, "b": 4}}) == 3
+    with pytest.raises(ValueError):
+        execute(program, {"a": 43, "b": 6})
+    with pytest.raises(ValueError):
+        execute(program, {"a": 43, "b": 0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(idx=st.integers(0, len(POOL) - 1), seed=st.integers(0, 10**6))
+def test_perturbation_is_exact_and_isomorphic(idx: int, seed: int) -> None:
+    item = POOL[idx]
+    ref = perturb_word_problem(item, seed)
+    meta, ometa = ref.metadata, item.metadata
+    assert ref.id == f"{item.id}::ref{seed}" and meta["original_id"] == item.id
+    assert (meta["family"], meta["template"], meta["steps"]) == (ometa["family"], ometa["template"], ometa["steps"])
+    assert meta["program"] == ometa["program"] and meta["entities"] == ometa["entities"]
+    assert ref.answer != item.answer and ref.question != item.question
+    assert int(ref.answer) == execute(ref)
+    for k, v in ometa["values"].items():
+        assert meta["values"][k] != v and len(str(meta["values"][k])) == len(str(v))
+    _check_constraints(ref)
+    _check_solution(ref)
+    assert perturb_word_problem(item, seed).to_dict() == ref.to_dict()  # deterministic
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), family=st.sampled_from(sorted(FAMILIES)))
+def test_perturbation_of_random_items_under_small_ranges(seed: int, family: str) -> None:
+    import random
+
+    limits = NumberRanges(max_operand=40, max_factor=6, max_multiplicand=12, max_answer=200)
+    item = sample_word_problem(random.Random(seed), family, "x", limits=limits)
+    ref = perturb_word_problem(item, seed)
+    assert ref.answer != item.answer and int(ref.answer) == execute(ref)
+    _check_constraints(ref, limits)
+
+
+def test_perturbation_reports_impossible_items() -> None:
+    limits = NumberRanges(min_operand=2, max_operand=3, max_answer=999)
+    item = generate_word_problems(1, seed=0, families=["subtract"], limits=limits)[0]
+    assert item.metadata["values"] == {"a": 3, "b": 2}  # the only valid item; nothing else to move to
+    with pytest.raises(ValueError, match="no valid perturbation"):
+        perturb_word_problem(item, 0, max_tries=200)
+
+
+def test_rewording_keeps_values_answer_changes_text() -> None:
+    for item in POOL[:12]:
+        variants = reword_word_problem(item, 6, seed=0)
+        assert [v.id for v in variants] == [f"{item.id}::para{j}" for j in range(6)]
+        assert len({v.question for v in variants} | {item.question}) == 7
+        for v in variants:
+            assert v.metadata["original_id"] == item.id
+            assert v.metadata["values"] == item.metadata["values"] and v.answer == item.answer
+            assert signature(v) == signature(item) and v.solution == item.solution
+            nums = sorted(int(x) for x in re.findall(r"\d+", v.question))
+            assert nums == sorted(item.metadata["values"].values())
+        assert [v.question for v in reword_word_problem(item, 6, seed=0)] == [v.question for v in variants]
+    orders = {tuple(v.metadata["rewording"] for v in reword_word_problem(POOL[0], 3, seed=s)) for s in range(8)}
+    assert len(orders) > 1  # the seed picks the templates
+    with pytest.raises(ValueError):
+        reword_word_problem(POOL[0], 7, seed=0)
+    # a reference of a paraphrase keeps the paraphrase's surface form
+    ref = perturb_word_problem(reword_word_problem(POOL[5], 1, seed=0)[0], 3)
+    assert "rewording" in ref.metadata and ref.answer != POOL[5].answer
+
+
+def test_items_roundtrip_through_dict() -> None:
+    item = POOL[9]
+    back = Item.from_dict(item.to_dict())
+    assert execute(back) == int(item.answer) and signature(back) == signature(item)
+    assert perturb_word_problem(back, 1).to_dict() == perturb_word_problem(item, 1).to_dict()
