@@ -1,0 +1,23 @@
+"""Generate ArithMark (5 stages x 1,000 records) and, given a model, evaluate it by log-likelihood multiple choice.
+
+    python evaluate/run_arithmark.py                                   # data only: arithmark.jsonl
+    python evaluate/run_arithmark.py model.path=/models/Qwen2.5-0.5B   # + predictions, summary.json, table.md
+    python evaluate/run_arithmark.py data_path=arithmark.jsonl model.path=DIR hydra.run.dir=outputs/am
+
+Outputs go to the Hydra run directory; rerunning with the same `hydra.run.dir` resumes the evaluation.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from zcp.data.arithmark import run_arithmark
+
+
+@hydra.main(config_path="../conf", config_name="arithmark", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point: all logic lives in `zcp.data.arithmark.run_arithmark`."""
+    run_arithmark(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,469 @@
+"""ArithMark: procedurally generated left-to-right arithmetic, scored by log-likelihood multiple choice.
+
+Follows `papers/arithmark.txt`: stage s has s+1 integer operands in [-20, 20] joined by operators from
+{+, -, *, /}, evaluated strictly left to right (no precedence); an expression that divides by zero is
+rejected and redrawn; the answer is rounded to 4 decimals and an integral result is an int. Each record
+has three distractors (answer + offset, |offset| in [0.5, 15.0], random sign): an integer answer gets
+two integer distractors and one float, a float answer two floats and one integer. Arithmetic is done
+with exact fractions so rounding never depends on binary floating point (0.1 + 0.2 != 0.3).
+
+Also here: the isomorphic reference perturbation used by ZCP (`perturb_arithmark`), the conversion to
+the shared `Item` schema, the evaluation through the `Backend` interface and the Hydra run function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from zcp.backends.base import Backend, Prompt, ScoreRequest
+from zcp.data.schema import DataError, Item
+
+STAGES: tuple[int, ...] = (1, 2, 3, 4, 5)
+OPERATORS: tuple[str, ...] = ("+", "-", "*", "/")
+OPERAND_MIN, OPERAND_MAX = -20, 20
+DECIMALS = 4
+OFFSET_MIN, OFFSET_MAX = Fraction(1, 2), Fraction(15)
+N_OPTIONS = 4
+CHANCE = 1 / N_OPTIONS
+RECORD_KEYS: tuple[str, ...] = ("id", "stage", "n_operands", "expression", "options", "answer_index", "answer")
+
+log = logging.getLogger(__name__)
+_SCALE = 10**DECIMALS
+_MAX_DRAWS = 10_000
+_TOKEN_RE = re.compile(r"-?\d+|[-+*/]")
+
+
+# --------------------------------------------------------------------------------------------- numbers
+
+
+def round_result(value: Fraction) -> Fraction:
+    """Round to DECIMALS places, half to even (what Python's `round` does on the exact value)."""
+    return Fraction(round(value, DECIMALS))
+
+
+def _to_number(value: Fraction) -> int | float:
+    """An already rounded exact value as the record stores it: int when integral, else float."""
+    if value.denominator == 1:
+        return int(value)
+    return float(value)
+
+
+def exact_value(x: int | float) -> Fraction:
+    """The exact decimal value of a stored number (floats via their shortest repr, so 0.1 -> 1/10)."""
+    if isinstance(x, bool):
+        raise TypeError("booleans are not ArithMark numbers")
+    return Fraction(x) if isinstance(x, int) else Fraction(repr(float(x)))
+
+
+def format_number(x: int | float) -> str:
+    """Text of a stored number as the model sees it: '-40', '-4.2317' (never scientific notation)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return str(x)
+    s = repr(float(x))
+    if "e" in s or "E" in s:
+        s = format(Decimal(s), "f")
+    return s
+
+
+# ----------------------------------------------------------------------------------------- expressions
+
+
+def evaluate_exact(operands: Sequence[int], operators: Sequence[str]) -> Fraction:
+    """Exact left-to-right value (no operator precedence); ZeroDivisionError on any division by 0."""
+    if len(operands) < 1 or len(operators) != len(operands) - 1:
+        raise ValueError(f"need n operands and n-1 operators, got {len(operands)} and {len(operators)}")
+    acc = Fraction(operands[0])
+    for op, b in zip(operators, operands[1:], strict=True):
+        if op == "+":
+            acc += b
+        elif op == "-":
+            acc -= b
+        elif op == "*":
+            acc *= b
+        elif op == "/":
+            if b == 0:
+                raise ZeroDivisionError("division by zero in the left-to-right evaluation")
+            acc /= b
+        else:
+            raise ValueError(f"unknown operator {op!r}")
+    return acc
+
+
+def evaluate_expression(operands: Sequence[int], operators: Sequence[str]) -> int | float:
+    """Left-to-right value rounded to 4 decimals; an integral result is returned as int."""
+    return _to_number(round_result(evaluate_exact(operands, operators)))
+
+
+def format_expression(operands: Sequence[int], operators: Sequence[str]) -> str:
+    """Expression text as in the spec: '-13 * 3 + -1' (a negative operand carries a leading '-')."""
+    parts = [str(operands[0])]
+    for op, b in zip(operators, operands[1:], strict=True):
+        parts += [op, str(b)]
+    return " ".join(parts)
+
+
+def parse_expression(expr: str) -> tuple[list[int], list[str]]:
+    """Operands and operators of a flat ArithMark expression; ValueError if it is not one."""
+    tokens = expr.split()
+    if len(tokens) % 2 == 0 or any(not _TOKEN_RE.fullmatch(t) for t in tokens):
+        raise ValueError(f"not an ArithMark expression: {expr!r}")
+    operands, operators = tokens[0::2], tokens[1::2]
+    if any(o not in OPERATORS for o in operators) or any(o in OPERATORS for o in operands):
+        raise ValueError(f"not an ArithMark expression: {expr!r}")
+    return [int(o) for o in operands], list(operators)
+
+
+# ------------------------------------------------------------------------------------------ generation
+
+
+def _draw_integer_distractor(answer: Fraction, rng: random.Random) -> Fraction:
+    """An integer m with 0.5 <= |m - answer| <= 15 on a random side, uniform over that side's integers."""
+    sign = rng.choice((-1, 1))
+    if sign > 0:
+        lo, hi = math.ceil(answer + OFFSET_MIN), math.floor(answer + OFFSET_MAX)
+    else:
+        lo, hi = math.ceil(answer - OFFSET_MAX), math.floor(answer - OFFSET_MIN)
+    return Fraction(rng.randint(lo, hi))
+
+
+def _draw_float_distractor(answer: Fraction, rng: random.Random) -> Fraction:
+    """answer + a random-sign offset uniform on the 4-decimal grid of [0.5, 15.0]; never integral."""
+    while True:
+        offset = Fraction(rng.randint(OFFSET_MIN * _SCALE, OFFSET_MAX * _SCALE), _SCALE)
+        value = answer + rng.choice((-1, 1)) * offset
+        if value.denominator != 1:
+            return value
+
+
+def make_distractors(answer: int | float, rng: random.Random) -> list[int | float]:
+    """Three distinct distractors per the spec's type rule (int answer: 2 int + 1 float; float: 2 float + 1 int)."""
+    a = exact_value(answer)
+    integral = a.denominator == 1
+    draws = [_draw_integer_distractor] * (2 if integral else 1) + [_draw_float_distractor] * (1 if integral else 2)
+    chosen: list[Fraction] = []
+    for draw in draws:
+        for _ in range(_MAX_DRAWS):
+            d = draw(a, rng)
+            if d != a and d not in chosen:
+                chosen.append(d)
+                break
+        else:  # pragma: no cover - 30 integers and ~290,000 grid points to choose from
+            raise RuntimeError(f"could not draw distinct distractors for {answer}")
+    return [_to_number(d) for d in chosen]
+
+
+def make_record(record_id: str, stage: int, operands: Sequence[int], operators: Sequence[str],
+                rng: random.Random) -> dict[str, Any]:
+    """One ArithMark record (exact spec keys) for the given expression; options shuffled with `rng`."""
+    answer = evaluate_expression(operands, operators)
+    options = [answer, *make_distractors(answer, rng)]
+    rng.shuffle(options)
+    answer_index = options.index(answer)  # distractors differ from the answer in value
+    return {
+        "id": record_id,
+        "stage": stage,
+        "n_operands": len(operands),
+        "expression": format_expression(operands, operators),
+        "options": options,
+        "answer_index": answer_index,
+        "answer": answer,
+    }
+
+
+def _draw_expression(n_operands: int, rng: random.Random) -> tuple[list[int], list[str]]:
+    """Uniform operands in [-20, 20] and operators; redrawn while any division is by zero."""
+    while True:
+        operands = [rng.randint(OPERAND_MIN, OPERAND_MAX) for _ in range(n_operands)]
+        operators = [rng.choice(OPERATORS) for _ in range(n_operands - 1)]
+        if not any(op == "/" and b == 0 for op, b in zip(operators, operands[1:], strict=True)):
+            return operands, operators
+
+
+def _stage_rng(seed: int, stage: int) -> random.Random:
+    # One stream per (seed, stage): a stage's problems do not depend on which other stages are built.
+    # String seeds are hashed with SHA-512 by `random`, so this is stable across processes.
+    return random.Random(f"arithmark:{seed}:stage{stage}")
+
+
+def generate_arithmark(n_per_stage: int = 1000, seed: int = 0,
+                       stages: Sequence[int] = STAGES) -> list[dict[str, Any]]:
+    """Generate ArithMark records (ids `math_s{stage}_{i:05d}`), reproducible from `seed`."""
+    if n_per_stage < 0:
+        raise ValueError("n_per_stage must be >= 0")
+    records = []
+    for stage in stages:
+        if stage not in STAGES:
+            raise ValueError(f"ArithMark stages are {STAGES}, got {stage}")
+        rng = _stage_rng(seed, stage)
+        for i in range(n_per_stage):
+            operands, operators = _draw_expression(stage + 1, rng)
+            records.append(make_record(f"math_s{stage}_{i:05d}", stage, operands, operators, rng))
+    return records
+
+
+# ----------------------------------------------------------------------------------------- validation
+
+
+def validate_record(record: Mapping[str, Any], *, path: str | None = None, row: int | None = None,
+                    extra_keys: Sequence[str] = ()) -> None:
+    """Check one record against the spec (keys, counts, range, value, options); raise DataError naming the field."""
+    def fail(msg: str, field: str) -> DataError:
+        return DataError(msg, path=path, row=row, field=field)
+
+    keys = set(record)
+    missing = [k for k in RECORD_KEYS if k not in keys]
+    if missing:
+        raise fail("missing key", missing[0])
+    unexpected = sorted(keys - set(RECORD_KEYS) - set(extra_keys))
+    if unexpected:
+        raise fail("unexpected key", unexpected[0])
+    try:
+        operands, operators = parse_expression(str(record["expression"]))
+    except ValueError as e:
+        raise fail(str(e), "expression") from e
+    if record["stage"] not in STAGES or record["n_operands"] != record["stage"] + 1:
+        raise fail(f"stage {record['stage']} must be in {STAGES} with stage+1 operands", "stage")
+    if len(operands) != record["n_operands"]:
+        raise fail(f"{len(operands)} operands, expected {record['n_operands']}", "n_operands")
+    if any(not OPERAND_MIN <= b <= OPERAND_MAX for b in operands):
+        raise fail(f"operand outside [{OPERAND_MIN}, {OPERAND_MAX}]", "expression")
+    try:
+        value = evaluate_expression(operands, operators)
+    except ZeroDivisionError as e:
+        raise fail("division by zero", "expression") from e
+    answer = record["answer"]
+    if not isinstance(answer, int | float) or isinstance(answer, bool) or exact_value(answer) != exact_value(value):
+        raise fail(f"answer {answer!r} != left-to-right value {value!r}", "answer")
+    options = record["options"]
+    if not isinstance(options, list) or len(options) != N_OPTIONS:
+        raise fail(f"expected a list of {N_OPTIONS} options", "options")
+    if any(not isinstance(o, int | float) or isinstance(o, bool) for o in options):
+        raise fail("options must be numbers", "options")
+    if len({exact_value(o) for o in options}) != N_OPTIONS:
+        raise fail("options are not distinct", "options")
+    idx = record["answer_index"]
+    if not isinstance(idx, int) or not 0 <= idx < N_OPTIONS or exact_value(options[idx]) != exact_value(value):
+        raise fail(f"options[{idx}] is not the answer", "answer_index")
+
+
+def load_arithmark(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate an ArithMark JSONL file; bad rows raise DataError with file, row and field."""
+    from zcp.io import read_jsonl
+
+    records = []
+    for row, record in enumerate(read_jsonl(path), start=1):
+        validate_record(record, path=str(path), row=row, extra_keys=("original_id",))
+        records.append(record)
+    return records
+
+
+# ------------------------------------------------------------------------------------------- reference
+
+
+def _matched_operand(b: int, rng: random.Random) -> int:
+    """A different operand with the same sign and digit count (0 has no alternative and stays 0)."""
+    if b == 0:
+        return 0
+    mag = abs(b)
+    lo, hi = (1, 9) if mag < 10 else (10, OPERAND_MAX)
+    choices = [m for m in range(lo, hi + 1) if m != mag]
+    return int(math.copysign(rng.choice(choices), b))
+
+
+def _relaxed_operand(b: int, rng: random.Random) -> int:
+    """Like `_matched_operand`, but a 0 becomes any operand in range."""
+    return rng.randint(OPERAND_MIN, OPERAND_MAX) if b == 0 else _matched_operand(b, rng)
+
+
+def _uniform_operand(b: int, rng: random.Random) -> int:
+    return rng.randint(OPERAND_MIN, OPERAND_MAX)
+
+
+# Tried in order: keep each operand's sign and order of magnitude (DESIGN: "same order of magnitude,
+# same sign"); only when no such draw changes the answer (e.g. "... * 0") relax the zeros, then all.
+_PERTURBATION_LEVELS = (_matched_operand, _relaxed_operand, _uniform_operand)
+
+
+def perturb_arithmark(record: Mapping[str, Any], seed: int, *, max_draws: int = 200) -> dict[str, Any]:
+    """Isomorphic reference record: same stage and operators, new operands, recomputed answer and options.
+
+    Every nonzero operand changes but keeps its sign and digit count; the new answer differs from the
+    original and no division is by zero. The record gets `original_id` and id `<id>_ref<seed>`.
+    """
+    operands, operators = parse_expression(str(record["expression"]))
+    original = evaluate_expression(operands, operators)
+    rng = random.Random(f"arithmark-ref:{seed}:{record['id']}")
+    for draw_operand in _PERTURBATION_LEVELS:
+        for _ in range(max_draws):
+            new = [draw_operand(b, rng) for b in operands]
+            if any(op == "/" and b == 0 for op, b in zip(operators, new[1:], strict=True)):
+                continue
+            if exact_value(evaluate_expression(new, operators)) == exact_value(original):
+                continue
+            out = make_record(f"{record['id']}_ref{seed}", int(record["stage"]), new, operators, rng)
+            out["original_id"] = record["id"]
+            return out
+    raise ValueError(f"no perturbation of {record['id']} changes its answer")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------------------- item, scoring
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """Stable short hash of a record's content (ties predictions to the exact record they scored)."""
+    from zcp.io import stable_hash
+
+    return stable_hash(json.dumps(dict(record), sort_keys=True))
+
+
+def arithmark_question(record: Mapping[str, Any]) -> str:
+    """The spec's prompt: the expression followed by ' ='."""
+    return f"{record['expression']} ="
+
+
+def arithmark_to_item(record: Mapping[str, Any]) -> Item:
+    """The record as a shared `Item`: question 'EXPR =', answer text, the whole record in metadata."""
+    return Item(id=str(record["id"]), question=arithmark_question(record),
+                answer=format_number(record["answer"]), solution=None,
+                metadata={"source": "arithmark", **dict(record)})
+
+
+def score_arithmark(backend: Backend, records: Sequence[Mapping[str, Any]],
+                    batch_size: int = 64) -> list[dict[str, Any]]:
+    """Per-record predictions: the option with the highest mean token log-likelihood wins (ties: first)."""
+    # The options are NOT listed in the prompt: the spec scores each option as the continuation of
+    # "EXPR =" ("log-likelihood over ending tokens", the cloze form of lm-eval-harness). Listing A-D
+    # would turn the natural continuation into a letter and let the model copy a listed number instead
+    # of computing, so the numbers would no longer be comparable to the spec's table.
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    requests = [
+        ScoreRequest(Prompt(user=arithmark_question(r), chat=False), " " + format_number(o))
+        for r in records for o in r["options"]
+    ]
+    results = []
+    for start in range(0, len(requests), batch_size):
+        chunk = requests[start:start + batch_size]
+        out = backend.score(chunk)
+        if len(out) != len(chunk):
+            raise RuntimeError(f"backend returned {len(out)} scores for {len(chunk)} requests")
+        results.extend(out)
+    rows = []
+    for i, r in enumerate(records):
+        scores = []
+        for res in results[N_OPTIONS * i:N_OPTIONS * (i + 1)]:
+            if res.n_tokens == 0:
+                raise RuntimeError(f"backend scored an option of {r['id']} with no tokens")
+            scores.append(sum(res.token_logprobs) / res.n_tokens)  # length-normalised
+        pred = max(range(N_OPTIONS), key=lambda j: (scores[j], -j))
+        rows.append({"id": r["id"], "record_hash": record_hash(r), "stage": int(r["stage"]),
+                     "expression": r["expression"], "pred_index": pred,
+                     "answer_index": int(r["answer_index"]), "correct": pred == int(r["answer_index"]),
+                     "option_scores": scores})
+    return rows
+
+
+def summarize_arithmark(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per-stage accuracy, their unweighted mean (the spec's Avg), n per stage and chance (0.25)."""
+    per_stage: dict[int, list[bool]] = {}
+    for row in rows:
+        per_stage.setdefault(int(row["stage"]), []).append(bool(row["correct"]))
+    accuracy = {s: sum(v) / len(v) for s, v in sorted(per_stage.items())}
+    return {
+        "per_stage": accuracy,
+        "n_per_stage": {s: len(v) for s, v in sorted(per_stage.items())},
+        "average": sum(accuracy.values()) / len(accuracy) if accuracy else float("nan"),
+        "n": len(rows),
+        "chance": CHANCE,
+    }
+
+
+def evaluate_arithmark(backend: Backend, records: Sequence[Mapping[str, Any]],
+                       batch_size: int = 64) -> dict[str, Any]:
+    """Log-likelihood multiple-choice evaluation: summary (see `summarize_arithmark`) plus per-item `items`."""
+    rows = score_arithmark(backend, records, batch_size=batch_size)
+    return {**summarize_arithmark(rows), "items": rows}
+
+
+def format_arithmark_table(results: Mapping[str, Any], model_name: str) -> str:
+    """Markdown table shaped like the spec's (Stage 1..5, Avg, in percent)."""
+    acc = {int(k): v for k, v in results["per_stage"].items()}
+    cells = [f"{100 * acc[s]:.2f}%" if s in acc else "–" for s in STAGES]
+    header = "| Model | " + " | ".join(f"Stage {s}" for s in STAGES) + " | Avg |"
+    sep = "|" + "---|" * (len(STAGES) + 2)
+    return "\n".join([header, sep, f"| {model_name} | " + " | ".join(cells) + f" | {100 * results['average']:.2f}% |"])
+
+
+# ---------------------------------------------------------------------------------------------- runner
+
+
+def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dict[str, Any]:
+    """Hydra job: build (or load) ArithMark, write it, and evaluate a model if `model.path` (or `backend`) is set.
+
+    Writes to `cfg.output_dir`: arithmark.jsonl; with a model also predictions.jsonl (appended as
+    records finish, skipped on restart), summary.json and table.md. Returns the summary (or counts).
+    """
+    from omegaconf import OmegaConf
+    from tqdm import tqdm
+
+    from zcp.io import append_jsonl, read_jsonl, seed_everything, sha256_file, write_jsonl
+    from zcp.tracking import Tracker
+
+    c = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    out = Path(c["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    if c.get("data_path"):
+        records = load_arithmark(c["data_path"])
+    else:
+        records = generate_arithmark(int(c["n_per_stage"]), int(c["seed"]), tuple(c["stages"]))
+    data_file = out / "arithmark.jsonl"
+    write_jsonl(data_file, records)
+    summary: dict[str, Any] = {"n_records": len(records), "data_file": str(data_file),
+                               "data_sha256": sha256_file(data_file), "seed": c["seed"]}
+    model = c.get("model") or {}
+    if backend is None and model.get("path"):
+        from zcp.backends.hf import HFBackend  # lazy: torch/transformers only when a model is evaluated
+
+        seed_everything(int(c["seed"]))  # generation has its own seeded streams; this covers the model
+        backend = HFBackend.from_pretrained(
+            model["path"], adapter=model.get("adapter"), dtype=model.get("dtype") or "auto",
+            device=model.get("device"), trust_remote_code=bool(model.get("trust_remote_code", False)),
+            max_batch_tokens=int(model.get("max_batch_tokens") or 16384),
+            max_batch_size=int(model.get("batch_size") or 64))
+    with Tracker(c.get("logger"), run_config=c, run_dir=str(out), job_type="arithmark") as tracker:
+        if backend is None:
+            tracker.summary(summary)
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            return summary
+        pred_file = out / "predictions.jsonl"
+        previous = read_jsonl(pred_file, tolerate_partial_last_line=True) if pred_file.exists() else []
+        hashes = {r["id"]: record_hash(r) for r in records}
+        # resume: keep a finished row only if it was scored on this very record (same id and content)
+        done = {r["id"]: r for r in previous if hashes.get(r["id"]) == r.get("record_hash")}
+        write_jsonl(pred_file, [done[r["id"]] for r in records if r["id"] in done])  # drop stale/partial rows
+        todo = [r for r in records if r["id"] not in done]
+        chunk = max(1, int(c.get("chunk_size", 256)))
+        for start in tqdm(range(0, len(todo), chunk), desc="arithmark", unit="chunk"):
+            rows = score_arithmark(backend, todo[start:start + chunk], batch_size=N_OPTIONS * chunk)
+            append_jsonl(pred_file, rows)
+            done.update((r["id"], r) for r in rows)
+        result = summarize_arithmark([done[r["id"]] for r in records])
+        name = model.get("name") or (Path(model["path"]).name if model.get("path") else backend.name)
+        table = format_arithmark_table(result, name)
+        summary.update(result, model=name)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "table.md").write_text(table + "\n")
+        tracker.summary({f"acc/stage_{s}": a for s, a in result["per_stage"].items()} | {"acc/avg": result["average"]})
+        tracker.table("arithmark/accuracy", [{"stage": s, "accuracy": a, "n": result["n_per_stage"][s]}
+                                             for s, a in result["per_stage"].items()])
+        log.info("ArithMark results\n%s", table)
+        return summary
