@@ -1,0 +1,1 @@
+"""Reference sets and evasive variants: isomorphic perturbation and equivalence-preserving rewrites."""
