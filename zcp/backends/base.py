@@ -54,8 +54,9 @@ class GenerationRequest:
     """Greedy (or sampled) continuation of `prompt`.
 
     `stop_at_box_close`: stop when the `\\boxed{` opened by the prefix is closed (brace-balanced);
-    the returned text then ends before that closing brace. Otherwise stop at EOS, any of `stop`,
-    or `max_new_tokens`.
+    the returned text then ends with that closing brace (a text without it was cut by the token
+    budget or EOS: the probe counts it as malformed). Otherwise stop at EOS, at the first of `stop`
+    (the returned text ends before it), or at `max_new_tokens`.
     """
 
     prompt: Prompt

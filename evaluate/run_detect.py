@@ -1,0 +1,23 @@
+"""Zero-CoT Probe detection on one benchmark against its reference set.
+
+    python evaluate/run_detect.py model.path=DIR data.path=FILE data.reference_path=FILE \
+        [data.variant_paths.paraphrased=FILE] [seeds=[0,1,2]] [probe.metrics=[p_first,p_all]] [output_dir=DIR]
+
+Writes config.yaml, records.jsonl, summary.json, table.md and c_cont.png to the run directory
+(rerunning the same command resumes it) and logs to W&B (offline by default; logger=none to skip).
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
+from zcp.detect import run_detect
+
+
+@hydra.main(config_path="../conf", config_name="detect", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run_detect(cfg)
+
+
+if __name__ == "__main__":
+    main()

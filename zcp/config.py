@@ -1,0 +1,74 @@
+"""Hydra/OmegaConf glue shared by entry points: resolvers, run directories, model loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from zcp.io import stable_hash
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def asset_path(name: str) -> str:
+    """Path of a file or folder shipped in zcp/assets (e.g. the embedded base model)."""
+    return str(ASSETS / name)
+
+
+def register_resolvers() -> None:
+    """`${zcp.asset:base_model}` in configs points at the shipped files."""
+    if not OmegaConf.has_resolver("zcp.asset"):
+        OmegaConf.register_new_resolver("zcp.asset", asset_path)
+
+
+register_resolvers()
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Resolved plain-dict copy of a config (for W&B and JSON)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def run_dir(cfg: DictConfig, kind: str, *parts: str) -> Path:
+    """`cfg.output_dir` if set, else outputs/<kind>/<parts>__<hash of the resolved config>.
+
+    The default is a pure function of the configuration, so rerunning the same command finds the
+    same directory and resumes.
+    """
+    if cfg.get("output_dir"):
+        return Path(str(cfg.output_dir))
+    d = to_dict(cfg)
+    d.pop("output_dir", None)
+    d.pop("logger", None)
+    h = stable_hash(json.dumps(d, sort_keys=True, default=str), 8)
+    name = "__".join(p.replace("/", "_") for p in parts if p) or kind
+    return Path("outputs") / kind / f"{name}__{h}"
+
+
+def save_config(cfg: DictConfig, out_dir: Path) -> Path:
+    """Write the resolved config as YAML into the run directory."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def build_backend(model_cfg: Any, progress: bool = False) -> Any:
+    """An HFBackend from a `model` config group (local path or hub id, optional LoRA adapter)."""
+    from zcp.backends.hf import HFBackend
+
+    m = to_dict(model_cfg)
+    if not m.get("path"):
+        raise ValueError("model.path is required (a local folder or a hub id)")
+    return HFBackend.from_pretrained(
+        m["path"], adapter=m.get("adapter"), dtype=m.get("dtype", "auto"), device=m.get("device"),
+        trust_remote_code=bool(m.get("trust_remote_code", False)),
+        max_batch_tokens=int(m.get("max_batch_tokens", 16384)), max_batch_size=int(m.get("batch_size", 64)),
+        gen_batch_size=int(m.get("gen_batch_size", 32)), progress=progress,
+    )

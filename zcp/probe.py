@@ -1,0 +1,121 @@
+"""The Zero-CoT Probe: prompts, and per-item metrics acc, con, p_first, p_all.
+
+Zero-CoT (open weights): the assistant turn is pre-filled with `The final answer is: \\[ \\boxed{` so
+the model must answer at once. Zero-CoT (API, no pre-fill): an instruction is appended to the user
+turn. Full-CoT: the normal prompt. Metrics follow section 3.4 of the paper:
+- acc: the greedy zero-CoT answer is equivalent to the gold answer;
+- con: the zero-CoT answer is equivalent to the full-CoT answer (no gold label needed);
+- p_first = P(t1 | x^); p_all = exp(mean_k log P(tk | x^, t<k)) with the gold answer tokenised in
+  context right after the prefix (teacher forcing).
+An answer that cannot be extracted or parsed is malformed: counted, and scored as wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zcp.answers import answers_equal, extract_boxed, extract_prefilled_box, is_parsable
+from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
+from zcp.data.schema import Item
+from zcp.io import stable_hash
+
+ZERO_COT_PREFIX = "The final answer is: \\[ \\boxed{"
+API_INSTRUCTION = (
+    "Please ONLY put your final answer within \\boxed{} directly without any other content before or "
+    "after it (e.g., reasoning or explanation)"
+)
+ALL_METRICS = ("acc", "con", "p_first", "p_all")
+
+
+@dataclass
+class ProbeConfig:
+    """How prompts are built and how much the model may generate."""
+
+    metrics: tuple[str, ...] = ALL_METRICS
+    mode: str = "auto"  # auto | prefill | api
+    user_template: str = "{question}"
+    full_cot_suffix: str = ""  # e.g. "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    system: str | None = None
+    zero_cot_prefix: str = ZERO_COT_PREFIX
+    api_instruction: str = API_INSTRUCTION
+    zero_cot_max_tokens: int = 32
+    full_cot_max_tokens: int = 512
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.metrics = tuple(self.metrics)
+        bad = [m for m in self.metrics if m not in ALL_METRICS]
+        if bad:
+            raise ValueError(f"unknown metric(s) {bad}; choose from {list(ALL_METRICS)}")
+        if self.mode not in ("auto", "prefill", "api"):
+            raise ValueError(f"probe.mode must be auto, prefill or api, not {self.mode!r}")
+
+
+def _prefill(cfg: ProbeConfig, backend: Backend) -> bool:
+    return cfg.mode == "prefill" or (cfg.mode == "auto" and getattr(backend, "supports_prefill", True))
+
+
+def zero_cot_prompt(question: str, cfg: ProbeConfig, prefill: bool = True) -> Prompt:
+    """The forced no-reasoning prompt x^ (pre-filled box, or the API instruction)."""
+    user = cfg.user_template.format(question=question)
+    if prefill:
+        return Prompt(user=user, assistant_prefix=cfg.zero_cot_prefix, system=cfg.system)
+    return Prompt(user=f"{user}\n{cfg.api_instruction}", system=cfg.system)
+
+
+def full_cot_prompt(question: str, cfg: ProbeConfig) -> Prompt:
+    """The normal prompt: the model reasons as it likes and ends with \\boxed{}."""
+    return Prompt(user=cfg.user_template.format(question=question) + cfg.full_cot_suffix, system=cfg.system)
+
+
+def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[dict[str, Any]]:
+    """Per-item probe records (prediction, correct, consistent, p_first, p_all, malformed) for `items`."""
+    prefill = _prefill(cfg, backend)
+    zprompts = [zero_cot_prompt(it.question, cfg, prefill) for it in items]
+    recs: list[dict[str, Any]] = [
+        {"id": it.id, "prompt_hash": stable_hash(repr(p)), "gold": it.answer} for it, p in zip(items, zprompts, strict=True)
+    ]
+    if {"p_first", "p_all"} & set(cfg.metrics):
+        if not prefill or not getattr(backend, "supports_logprobs", True):
+            raise ValueError("p_first/p_all need a backend with pre-fill and log-probabilities; "
+                             "use probe.metrics=[acc,con] for API models")
+        scores = backend.score([ScoreRequest(p, it.answer) for p, it in zip(zprompts, items, strict=True)])
+        for rec, sc in zip(recs, scores, strict=True):
+            lps = sc.token_logprobs
+            rec["n_answer_tokens"] = len(lps)
+            rec["p_first"] = math.exp(lps[0])
+            rec["p_all"] = math.exp(sum(lps) / len(lps))
+    if {"acc", "con"} & set(cfg.metrics):
+        outs = backend.generate([
+            GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop_at_box_close=prefill)
+            for p in zprompts
+        ])
+        for rec, it, out in zip(recs, items, outs, strict=True):
+            pred = extract_prefilled_box(out) if prefill else extract_boxed(out)
+            malformed = not is_parsable(pred)
+            rec["raw_output"] = out
+            rec["prediction"] = pred
+            rec["malformed"] = malformed
+            rec["correct"] = (not malformed) and answers_equal(pred, it.answer)
+    if "con" in cfg.metrics:
+        outs = backend.generate([
+            GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
+            for it in items
+        ])
+        for rec, it, out in zip(recs, items, outs, strict=True):
+            cot = extract_boxed(out)
+            cot_malformed = not is_parsable(cot)
+            rec["cot_prediction"] = cot
+            rec["cot_malformed"] = cot_malformed
+            rec["cot_correct"] = (not cot_malformed) and answers_equal(cot, it.answer)
+            rec["consistent"] = (not rec["malformed"]) and (not cot_malformed) and answers_equal(rec["prediction"], cot)
+    return recs
+
+
+def metric_value(rec: dict[str, Any], metric: str) -> float:
+    """A record's score on one metric (booleans as 0/1)."""
+    key = {"acc": "correct", "con": "consistent"}.get(metric, metric)
+    return float(rec[key])
