@@ -59,6 +59,15 @@ def save_config(cfg: DictConfig, out_dir: Path) -> Path:
     return path
 
 
+def model_name(model_cfg: Any) -> str:
+    """`model.name`, or the last component of `model.path` when no name is set."""
+    name = model_cfg.get("name") if model_cfg is not None else None
+    if name:
+        return str(name)
+    path = str(model_cfg.get("path") or "model").rstrip("/")
+    return Path(path).name or path
+
+
 def build_backend(model_cfg: Any, progress: bool = False) -> Any:
     """An HFBackend from a `model` config group (local path or hub id, optional LoRA adapter)."""
     from zcp.backends.hf import HFBackend
@@ -66,9 +75,11 @@ def build_backend(model_cfg: Any, progress: bool = False) -> Any:
     m = to_dict(model_cfg)
     if not m.get("path"):
         raise ValueError("model.path is required (a local folder or a hub id)")
-    return HFBackend.from_pretrained(
+    backend = HFBackend.from_pretrained(
         m["path"], adapter=m.get("adapter"), dtype=m.get("dtype", "auto"), device=m.get("device"),
         trust_remote_code=bool(m.get("trust_remote_code", False)),
         max_batch_tokens=int(m.get("max_batch_tokens", 16384)), max_batch_size=int(m.get("batch_size", 64)),
         gen_batch_size=int(m.get("gen_batch_size", 32)), progress=progress,
     )
+    backend.name = model_name(model_cfg)
+    return backend

@@ -292,13 +292,13 @@ def probe_config(probe_cfg: Any) -> ProbeConfig:
 
 def run_detect(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
-    from zcp.config import build_backend, run_dir, save_config, to_dict
+    from zcp.config import build_backend, model_name, run_dir, save_config, to_dict
     from zcp.io import seed_everything
     from zcp.tracking import Tracker
 
     seeds = list(cfg.seeds) if cfg.get("seeds") else [int(cfg.seed)]
     seed_everything(int(seeds[0]))
-    out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), str(cfg.model.get("name", "")))
+    out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model))
     save_config(cfg, out)
     datasets, skipped = load_datasets(cfg.data)
     probe = probe_config(cfg.probe)
@@ -309,7 +309,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
         summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
                          extra={"skipped_rows": skipped, "output_dir": str(out)},
-                         title=f"ZCP on {cfg.data.get('name')} — {cfg.model.get('name')}")
+                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}")
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
         if cfg.get("logger") and cfg.logger.get("log_records"):
             files.append(str(out / RECORDS))

@@ -98,6 +98,7 @@ class TestResult:
     def to_dict(self) -> dict:
         d = self.__dict__.copy()
         d["at_floor"] = self.p_value <= self.p_floor
+        d["discordant"] = list(self.discordant) if self.discordant is not None else None  # JSON round-trip
         return d
 
 

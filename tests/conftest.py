@@ -1,0 +1,36 @@
+"""Shared fixtures: paths to the shared data and a tiny locally built model + tokenizer."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ZCP_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    from zcp.testing import train_tokenizer
+
+    texts = [f"Ann has {i} pens and gets {i * 7 % 90} more. How many pens? The final answer is: \\[ \\boxed{{{i}}} \\]"
+             for i in range(200)]
+    return train_tokenizer(texts, vocab_size=360)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tok):
+    from zcp.testing import tiny_llama
+
+    return tiny_llama(tiny_tok, hidden=32, layers=2, heads=2)

@@ -1,0 +1,106 @@
+"""Detection runs on a fake backend: pairing, averaging of m draws, outputs, resume after a kill."""
+
+import json
+
+import pytest
+
+from fakes import FakeBackend
+from zcp.data.schema import Item
+from zcp.detect import DetectDataset, DetectSettings, analyse, detect
+from zcp.probe import ProbeConfig
+
+
+def _dataset(n=30, m=3, memorise=True):
+    items = [Item(f"i{k}", f"Q{k}: what is {k}+{k}?", str(2 * k)) for k in range(n)]
+    ref = {it.id: [Item(f"{it.id}::ref{j}", f"Q{it.id}: what is {k + j + 1}+{k}?", str(2 * k + j + 1),
+                        metadata={"original_id": it.id}) for j in range(m)] for k, it in enumerate(items)}
+    para = {it.id: [Item(f"{it.id}::para0", it.question + " (reworded)", it.answer, metadata={"original_id": it.id})]
+            for it in items}
+    mem = {it.question: it.answer for it in items} if memorise else {}
+    mem.update({p[0].question: p[0].answer for p in para.values()} if memorise else {})
+    truth = {it.question: it.answer for it in items}
+    return DetectDataset("D", items, ref, {"paraphrased": para}), mem, truth
+
+
+def test_detect_outputs_and_verdict(tmp_path):
+    ds, mem, truth = _dataset()
+    fb = FakeBackend(mem, truth)
+    s = detect(fb, [ds], ProbeConfig(), tmp_path, DetectSettings(seeds=[0, 1, 2], bootstrap_samples=2000, progress=False))
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 30 + 90 + 30
+    needed = {"id", "split", "variant", "prompt_hash", "prediction", "correct", "consistent", "p_first", "p_all", "malformed"}
+    assert needed <= set(recs[0])
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["results"] == s["results"]
+    for r in s["results"]:
+        assert {"variant", "metric", "n", "s", "s_ref", "p_value", "c_cont"} <= set(r)
+        assert r["n"] == 30
+    by = {(r["variant"], r["metric"]): r for r in s["results"]}
+    assert by[("original", "acc")]["s"] == 1.0 and by[("original", "acc")]["s_ref"] == 0.0
+    assert by[("original", "p_all")]["at_floor_all_seeds"] and by[("paraphrased", "p_all")]["at_floor_all_seeds"]
+    assert by[("original", "p_all")]["c_cont"] > 0.98  # the ceiling with B = 2000
+    assert by[("original", "con")]["c_cont"] > 0.99  # zero-CoT (memorised) agrees with CoT, reference does not
+    assert all(v["contaminated"] for v in s["verdicts"])
+    table = (tmp_path / "table.md").read_text()
+    assert "P_all S_ref" in table and "±" in table and "| D | paraphrased |" in table
+    assert (tmp_path / "c_cont.png").stat().st_size > 1000
+
+
+def test_clean_model_gives_half(tmp_path):
+    ds, _, truth = _dataset(memorise=False)
+    s = detect(FakeBackend({}, truth), [ds], ProbeConfig(), tmp_path, DetectSettings(bootstrap_samples=1000, progress=False))
+    assert all(r["c_cont"] == 0.5 for r in s["results"])
+    assert not any(v["contaminated"] for v in s["verdicts"])
+
+
+def test_reference_draws_are_averaged_per_item():
+    recs = []
+    for k in range(4):
+        recs.append({"split": "D", "variant": "original", "original_id": f"i{k}", "draw": 0, "correct": True})
+        for j in range(3):  # two of three draws right
+            recs.append({"split": "D", "variant": "reference", "original_id": f"i{k}", "draw": j, "correct": j < 2})
+    out = analyse(recs, ["acc"], DetectSettings(seeds=[0]))
+    r = out["results"][0]
+    assert r["n"] == 4 and r["s"] == 1.0 and r["s_ref"] == pytest.approx(2 / 3)
+    per = analyse(recs, ["acc"], DetectSettings(seeds=[0, 1, 2], reference_draws="per_seed"))["results"][0]
+    assert [p["s_ref"] for p in per["per_seed"]] == [1.0, 1.0, 0.0]
+
+
+def test_resume_after_kill_loses_nothing_duplicates_nothing(tmp_path):
+    ds, mem, truth = _dataset(n=40)
+    settings = DetectSettings(seeds=[0], bootstrap_samples=1000, chunk_size=16, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        detect(FakeBackend(mem, truth, fail_after=7), [ds], ProbeConfig(), tmp_path / "run", settings)
+    partial = (tmp_path / "run" / "records.jsonl").read_text().splitlines()
+    assert 0 < len(partial) < 200
+    # a writer killed mid-line leaves a torn last line: it must be repaired, not crash the resume
+    with open(tmp_path / "run" / "records.jsonl", "a") as f:
+        f.write('{"id": "torn')
+    fb = FakeBackend(mem, truth)
+    resumed = detect(fb, [ds], ProbeConfig(), tmp_path / "run", settings)
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    keys = [(r["split"], r["variant"], r["original_id"], r["draw"]) for r in recs]
+    assert len(keys) == len(set(keys)) == 40 + 120 + 40
+    fresh = detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path / "fresh", settings)
+    assert resumed["results"] == fresh["results"] and resumed["verdicts"] == fresh["verdicts"]
+    # nothing is re-probed on a third run
+    fb3 = FakeBackend(mem, truth)
+    detect(fb3, [ds], ProbeConfig(), tmp_path / "run", settings)
+    assert fb3.calls == {"score": 0, "generate": 0}
+
+
+def test_resume_refuses_other_configuration(tmp_path):
+    ds, mem, truth = _dataset(n=5)
+    settings = DetectSettings(bootstrap_samples=100, progress=False)
+    detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    with pytest.raises(RuntimeError, match="records of another run"):
+        detect(FakeBackend(mem, truth), [ds], ProbeConfig(metrics=("acc",)), tmp_path, settings)
+
+
+def test_malformed_rates_reported(tmp_path):
+    items = [Item("g", "GARBLE 1?", "1"), Item("h", "ok?", "2")]
+    ref = {"g": [Item("g::r", "GARBLE 2?", "3", metadata={"original_id": "g"})], "h": [Item("h::r", "ok2?", "4", metadata={"original_id": "h"})]}
+    s = detect(FakeBackend({}), [DetectDataset("D", items, ref)], ProbeConfig(metrics=("acc",)), tmp_path,
+               DetectSettings(progress=False))
+    mal = {m["variant"]: m for m in s["malformed"]}
+    assert mal["original"]["zero_cot_malformed"] == 1 and mal["original"]["zero_cot_malformed_rate"] == 0.5
