@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from fakes import FakeBackend
+
 from zcp.data.schema import Item
 from zcp.detect import DetectDataset, DetectSettings, analyse, detect
 from zcp.probe import ProbeConfig

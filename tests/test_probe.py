@@ -3,10 +3,17 @@
 import math
 
 import pytest
-
 from fakes import FakeBackend
+
 from zcp.data.schema import Item
-from zcp.probe import API_INSTRUCTION, ZERO_COT_PREFIX, ProbeConfig, full_cot_prompt, probe_items, zero_cot_prompt
+from zcp.probe import (
+    API_INSTRUCTION,
+    ZERO_COT_PREFIX,
+    ProbeConfig,
+    full_cot_prompt,
+    probe_items,
+    zero_cot_prompt,
+)
 
 
 def _items():
