@@ -104,3 +104,10 @@ def test_malformed_rates_reported(tmp_path):
                DetectSettings(progress=False))
     mal = {m["variant"]: m for m in s["malformed"]}
     assert mal["original"]["zero_cot_malformed"] == 1 and mal["original"]["zero_cot_malformed_rate"] == 0.5
+
+
+def test_per_seed_draws_are_disjoint_shares():
+    recs = [{"split": "D", "variant": "original", "original_id": "i", "draw": 0, "p_all": 0.5}]
+    recs += [{"split": "D", "variant": "reference", "original_id": "i", "draw": j, "p_all": j / 10} for j in range(6)]
+    out = analyse(recs, ["p_all"], DetectSettings(seeds=[0, 1, 2], reference_draws="per_seed", bootstrap_samples=10))
+    assert [p["s_ref"] for p in out["results"][0]["per_seed"]] == pytest.approx([0.15, 0.25, 0.35])

@@ -63,7 +63,7 @@ class DetectSettings:
     seeds: Sequence[int] = (0,)
     bootstrap_samples: int = 10_000
     alpha: float = 0.05
-    reference_draws: str = "all"  # all: average the m draws per item; per_seed: seed k uses draw k mod m
+    reference_draws: str = "all"  # all: average all draws per item; per_seed: seed k uses draws j = k mod n_seeds
     chunk_size: int = 64
     progress: bool = True
 
@@ -138,18 +138,24 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     return [r for r in existing if _key(r) in wanted]
 
 
-def _per_item(records: list[dict[str, Any]], metric: str, draw_pick: int | None) -> dict[str, float]:
-    """Average score per original item; with draw_pick, only draw (draw_pick mod m) of each item."""
+def _per_item(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None) -> dict[str, float]:
+    """Average score per original item over its draws.
+
+    With pick = (k, n_seeds) only the draws j with j mod n_seeds == k are used (seed k gets its own
+    disjoint share of the m draws; an item with fewer draws than seeds uses draw k mod m).
+    """
     by: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in records:
         by[r["original_id"]].append((int(r["draw"]), metric_value(r, metric)))
     out = {}
     for oid, vals in by.items():
         vals.sort()
-        if draw_pick is None:
-            out[oid] = float(np.mean([v for _, v in vals]))
+        if pick is not None:
+            k, n_seeds = pick
+            chosen = [v for j, (_, v) in enumerate(vals) if j % n_seeds == k] or [vals[k % len(vals)][1]]
         else:
-            out[oid] = vals[draw_pick % len(vals)][1]
+            chosen = [v for _, v in vals]
+        out[oid] = float(np.mean(chosen))
     return out
 
 
@@ -170,7 +176,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
             for metric in metrics:
                 per_seed = []
                 for k, seed in enumerate(settings.seeds):
-                    pick = k if settings.reference_draws == "per_seed" else None
+                    pick = (k, len(settings.seeds)) if settings.reference_draws == "per_seed" else None
                     s_map = _per_item(recs, metric, None)
                     r_map = _per_item(ref, metric, pick)
                     ids = sorted(set(s_map) & set(r_map))

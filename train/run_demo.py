@@ -1,0 +1,23 @@
+"""The main job: simulate evasive contamination of the shipped tiny model and detect it with ZCP.
+
+    python train/run_demo.py                       # (the README's first command runs this via `make demo`)
+    python train/run_demo.py exposure.answer_only_fraction=0.0   # CoT-only contamination
+
+Splits generated word problems into C and U, paraphrases C (k = 6), LoRA SFT then GRPO, then ZCP on C
+and U for the fine-tuned and the base model; prints Table 6 and Table 7 analogues and writes the plot.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
+from zcp.simulate import run_simulation
+
+
+@hydra.main(config_path="../conf", config_name="demo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run_simulation(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The simulation study end to end: contaminate a model (zcp.training), then run ZCP on Dataset C and
+Dataset U against their reference sets, for the fine-tuned model and for its base model.
+
+Outputs (in the contamination run dir, under `detect/`): per-model detection runs (records, summary,
+table), `table7.md` (the paper's Table 7 shape: S_ref, S, C_cont per metric, mean ± std over seeds, for
+FT and base on C and U), `did.md` (difference-in-differences: the zero-CoT gap the fine-tuning created,
+item-paired, tested), `c_cont_C_vs_U.png` and `simulation_summary.json`.
+
+What the detection seeds vary: each seed k uses its own disjoint share of the reference draws
+(m perturbations per item per seed, so 3 seeds x m draws are generated) and its own bootstrap
+resampling. The contaminated model itself is trained once, from `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zcp.data.schema import Item
+from zcp.detect import DetectDataset, DetectSettings, _per_item, detect, probe_config
+from zcp.io import read_jsonl
+from zcp.report import METRIC_LABEL, plot_c_cont
+from zcp.stats import paired_test
+
+log = logging.getLogger(__name__)
+
+
+def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[str, list[Item]]:
+    """n_draws distinct exact perturbations per generated word problem (re-executed programs)."""
+    from zcp.data.wordproblems import perturb_word_problem
+
+    out: dict[str, list[Item]] = {}
+    for it in items:
+        draws: list[Item] = []
+        seen = {it.question}
+        attempt = 0
+        while len(draws) < n_draws and attempt < 20 * n_draws:
+            r = perturb_word_problem(it, seed=seed * 1_000_003 + attempt)
+            attempt += 1
+            if r.question in seen:
+                continue
+            seen.add(r.question)
+            j = len(draws)
+            r.id = f"{it.id}::ref{j}"
+            r.metadata = {**r.metadata, "original_id": it.id, "draw": j}
+            draws.append(r)
+        if len(draws) < n_draws:
+            raise RuntimeError(f"item {it.id}: only {len(draws)} distinct perturbations of {n_draws}")
+        out[it.id] = draws
+    return out
+
+
+def _references(cfg: dict[str, Any], items: list[Item], n_draws: int, seed: int) -> dict[str, list[Item]]:
+    d = cfg.get("detect") or {}
+    if d.get("reference_path"):
+        from zcp.data.loaders import load_paired
+
+        return load_paired(d["reference_path"], items, d.get("reference_format", "items"))
+    source = (cfg.get("benchmark") or {}).get("source", "wordproblems")
+    if source != "wordproblems":
+        raise ValueError("detect.reference_path is required for a benchmark that is not generated "
+                         "(build one with evaluate/run_build_data.py)")
+    return word_problem_references(items, n_draws, seed)
+
+
+def _did_rows(runs: dict[str, Path], splits: list[str], metrics: list[str], settings: DetectSettings) -> list[dict]:
+    """Per split and metric: gap (S - S_ref) of FT and of base, and the item-paired test of FT gap > base gap."""
+    recs = {m: list(read_jsonl(p / "records.jsonl")) for m, p in runs.items()}
+    rows = []
+    for split in splits:
+        for metric in metrics:
+            per_seed = []
+            for k, seed in enumerate(settings.seeds):
+                pick = (k, len(settings.seeds)) if settings.reference_draws == "per_seed" else None
+                gaps = {}
+                for model, rr in recs.items():
+                    s = _per_item([r for r in rr if r["split"] == split and r["variant"] == "original"], metric, None)
+                    ref = _per_item([r for r in rr if r["split"] == split and r["variant"] == "reference"], metric, pick)
+                    gaps[model] = {i: s[i] - ref[i] for i in s if i in ref}
+                ids = sorted(set(gaps["FT"]) & set(gaps["base"]))
+                res = paired_test(metric, [gaps["FT"][i] for i in ids], [gaps["base"][i] for i in ids],
+                                  B=settings.bootstrap_samples, seed=seed)
+                per_seed.append({"seed": seed, "gap_ft": res.s, "gap_base": res.s_ref, "did": res.diff,
+                                 "p_value": res.p_value, "c_cont": res.c_cont})
+            agg = {k: float(np.mean([p[k] for p in per_seed])) for k in ("gap_ft", "gap_base", "did", "c_cont")}
+            rows.append({"split": split, "metric": metric, **agg,
+                         "did_std": float(np.std([p["did"] for p in per_seed], ddof=1)) if len(per_seed) > 1 else 0.0,
+                         "per_seed": per_seed})
+    return rows
+
+
+def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
+    def pm(m: float, s: float) -> str:
+        return f"{m:.3f} ± {s:.3f}" if multi else f"{m:.3f}"
+
+    head = ["Model", "Dataset"] + [f"{METRIC_LABEL[m]} {c}" for m in metrics for c in ("S_ref", "S", "C_cont")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, summ in summaries.items():
+        by = {(r["split"], r["metric"]): r for r in summ["results"] if r["variant"] == "original"}
+        for split in sorted({s for s, _ in by}):
+            cells = [model, split]
+            for m in metrics:
+                r = by[(split, m)]
+                c = (f">{min(p['c_cont'] for p in r['per_seed']):.3f}" if r["at_floor_all_seeds"]
+                     else pm(r["c_cont"], r["c_cont_std"]))
+                cells += [pm(r["s_ref"], r["s_ref_std"]), pm(r["s"], r["s_std"]), c]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _did_markdown(rows: list[dict]) -> str:
+    lines = ["| Dataset | Metric | gap FT (S - S_ref) | gap base | DiD | C_cont (DiD > 0) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['split']} | {METRIC_LABEL[r['metric']]} | {r['gap_ft']:+.3f} | {r['gap_base']:+.3f} | "
+                     f"{r['did']:+.3f} ± {r['did_std']:.3f} | {r['c_cont']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
+    """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot."""
+    from zcp.backends.hf import HFBackend
+    from zcp.config import to_dict
+    from zcp.data.split import Manifest
+    from zcp.tracking import Tracker
+    from zcp.training.contaminate import load_benchmark, resolve_model_path
+
+    c = to_dict(cfg)
+    d = dict(c.get("detect") or {})
+    seeds = [int(s) for s in d.get("seeds", [0, 1, 2])]
+    m = int(d.get("m", 3))
+    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(d.get("bootstrap_samples", 10_000)),
+                              alpha=float(d.get("alpha", 0.05)), reference_draws="per_seed",
+                              chunk_size=int(d.get("chunk_size", 256)), progress=bool(d.get("progress", True)))
+    probe = probe_config(c.get("probe") or {})
+    items = load_benchmark(c)
+    manifest = Manifest.load(result.manifest_path)
+    refs = _references(c, items, m * len(seeds), int(d.get("reference_seed", c.get("seed", 0))))
+    leaked = set(result.leaked_ids)
+    datasets = []
+    groups = {"C": manifest.subset(items, "C"), "U": manifest.subset(items, "U")}
+    if len(leaked) < len(groups["C"]):  # leak_fraction < 1: also report the leaked and unleaked parts of C
+        groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked]
+        groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked]
+    for split, sub in groups.items():
+        datasets.append(DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}))
+    models = {"FT": str(result.model_dir)}
+    if d.get("base_model", True):
+        models["base"] = resolve_model_path((c.get("model") or {}).get("path"))
+    out_root = Path(result.run_dir) / "detect"
+    runs, summaries = {}, {}
+    mcfg = c.get("model") or {}
+    for name, path in models.items():
+        backend = HFBackend.from_pretrained(path, dtype=mcfg.get("dtype", "auto"),
+                                           trust_remote_code=bool(mcfg.get("trust_remote_code", False)),
+                                           max_batch_tokens=int(mcfg.get("max_batch_tokens", 16384)),
+                                           max_batch_size=int(mcfg.get("batch_size", 64)),
+                                           gen_batch_size=int(mcfg.get("gen_batch_size", 32)))
+        backend.name = f"{name}:{Path(path).name}"
+        runs[name] = out_root / name
+        summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=f"ZCP on the {name} model")
+    metrics = list(probe.metrics)
+    multi = len(seeds) > 1
+    table7 = _table7(summaries, metrics, multi)
+    did = _did_rows(runs, list(groups), metrics, settings) if "base" in runs else []
+    (out_root / "table7.md").write_text(table7)
+    if did:
+        (out_root / "did.md").write_text(_did_markdown(did))
+    ft_summary = summaries["FT"]
+    plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
+                       out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
+    sim = {
+        "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
+        "seeds_vary": "reference draws (m per seed, disjoint) and bootstrap resampling; training uses `seed` once",
+        "models": models, "table6": result.table6,
+        "results": {name: s["results"] for name, s in summaries.items()},
+        "verdicts": {name: s["verdicts"] for name, s in summaries.items()},
+        "did": did,
+    }
+    (out_root / "simulation_summary.json").write_text(json.dumps(sim, indent=2, default=str))
+    with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
+                 name=f"{c.get('name', 'sim')}-detect") as tr:
+        for name, s in summaries.items():
+            tr.table(f"results/{name}", [{k: r[k] for k in ("split", "metric", "n", "s", "s_ref", "p_value", "c_cont")}
+                                         for r in s["results"]])
+        if did:
+            tr.table("did", [{k: r[k] for k in ("split", "metric", "gap_ft", "gap_base", "did", "c_cont")} for r in did])
+        tr.image("c_cont_C_vs_U", str(plot))
+        tr.summary({f"{n}/{r['split']}/{r['metric']}/c_cont": r["c_cont"] for n, s in summaries.items()
+                    for r in s["results"] if r["variant"] == "original"})
+    print("\nTable 7 analogue (ZCP, mean ± std over seeds " + str(seeds) + ")\n\n" + table7)
+    if did:
+        print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + _did_markdown(did))
+    print(f"plot: {plot}\nsummary: {out_root / 'simulation_summary.json'}")
+    return sim
+
+
+def run_simulation(cfg: Any) -> dict[str, Any]:
+    """Run the configured `stages` in order: `contaminate`, then `detect` on its result."""
+    from zcp.training.contaminate import contaminate
+
+    stages = list(cfg.get("stages") or ["contaminate"])
+    unknown = set(stages) - {"contaminate", "detect"}
+    if unknown:
+        raise ValueError(f"unknown stages {sorted(unknown)} (contaminate, detect)")
+    result = contaminate(cfg)
+    out: dict[str, Any] = {"contamination": result}
+    if "detect" in stages:
+        out["detection"] = run_detection_stage(cfg, result)
+    return out
