@@ -1,0 +1,26 @@
+"""Paraphrasers: k surface variants of an item with the same numbers and answer, all behind one interface.
+
+`get_paraphraser(name, **kw).paraphrase(item, k, seed) -> list[Item]` with name one of `template`
+(generated word problems), `rules` (real word problems) or `llm` (a chat model through a Backend).
+"""
+
+from zcp.paraphrase.base import (
+    Candidate,
+    Paraphraser,
+    TemplateParaphraser,
+    get_paraphraser,
+    register_paraphraser,
+)
+from zcp.paraphrase.validate import VariantCheck, check_variant, numeric_values, similarity
+
+__all__ = [
+    "Candidate",
+    "Paraphraser",
+    "TemplateParaphraser",
+    "VariantCheck",
+    "check_variant",
+    "get_paraphraser",
+    "numeric_values",
+    "register_paraphraser",
+    "similarity",
+]
