@@ -26,6 +26,8 @@ _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "sev
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6}
 _ADVERBS = {"twice": 2, "thrice": 3}  # "twice as many" and "two times as many" state the same number
 _WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
+_PRONOUN_BEFORE = re.compile(r"\b(each|every|no|which|the|that|this|any|another|per|some)\s+\Z", re.IGNORECASE)
+_PRONOUN_AFTER = re.compile(r"\s+(of|another|by)\b|'s\b|’s\b", re.IGNORECASE)
 _ADVERB_RE = re.compile(r"\b(twice|thrice)\b", re.IGNORECASE)
 # a run of number words: "twenty-five", "two hundred and forty", "three thousand"
 _WORD_RUN_RE = re.compile(rf"\b(?:{_WORD})(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))*\b", re.IGNORECASE)
@@ -62,6 +64,9 @@ def numeric_values(text: str) -> Counter:
         else:
             values[Fraction(tok)] += 1
     for m in _WORD_RUN_RE.finditer(text):
+        if m.group(0).lower() == "one" and (_PRONOUN_BEFORE.search(text[: m.start()])
+                                            or _PRONOUN_AFTER.match(text[m.end():])):
+            continue  # "each one", "no one", "one of them": a pronoun, not a quantity
         values[_words_value(m.group(0))] += 1
     for m in _ADVERB_RE.finditer(text):
         values[Fraction(_ADVERBS[m.group(1).lower()])] += 1

@@ -1,0 +1,25 @@
+"""Build a study's datasets: items, C/U split manifest, reference set, paraphrases of C, build report.
+
+    python evaluate/run_build_data.py data=gsm8k reference.m=3 paraphrase.k=6 [seed=0] [output_dir=DIR]
+    python evaluate/run_build_data.py data=omnimath reference=llm reference.generator.path=... \
+        'reference.judges=[{path: ...}, {path: ...}]'
+
+This lives in evaluate/ because its central product, the reference set, is the auditor's private asset
+used only by detection; the split manifest and the paraphrases it also writes are consumed by training
+through the manifest and the JSONL files, so training never needs to run (or see) this step.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
+from zcp.build_data import build_data
+
+
+@hydra.main(config_path="../conf", config_name="build_data", version_base=None)
+def main(cfg: DictConfig) -> None:
+    build_data(cfg)
+
+
+if __name__ == "__main__":
+    main()

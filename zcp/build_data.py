@@ -1,0 +1,317 @@
+"""Build the datasets of a contamination study: items, C/U split, reference set, paraphrases of C.
+
+`build_data(cfg)` (Hydra entry: ``evaluate/run_build_data.py``) writes into one output directory:
+
+- ``items.jsonl``: the benchmark items in zcp's format;
+- ``manifest.json``: the C/U split (`zcp.data.split`), read by training and detection alike;
+- ``reference.jsonl``: m isomorphic perturbations per item, each row naming its ``original_id``
+  (GSM8K: exact, from the calculator annotations; generated word problems and ArithMark: their own
+  programs; anything else: the LLM generator + judges pipeline), plus ``reference_verdicts.jsonl`` for
+  the LLM pipeline;
+- ``paraphrases.jsonl``: k validated surface variants of every C item (what a contaminated model trains on);
+- ``build_report.json``: counts, coverage, every rejection with its reason, seed, source and output hashes.
+
+The reference set is the auditor's private asset: W&B gets counts and similarity statistics only, unless
+``log_reference_to_wandb=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from zcp.data.schema import DataError, Item
+from zcp.io import sha256_file, stable_hash
+
+REFERENCE_METHODS = ("auto", "gsm8k", "wordproblem", "arithmark", "llm", "none")
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    if cfg is None:
+        return default
+    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if value is None else value
+
+
+# -------------------------------------------------------------------------------------------- items
+
+
+def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[str, Any]], str | None]:
+    """Items of the `data` config: a file read by `zcp.data.loaders`, ArithMark records, or generated word problems.
+
+    Returns (items, skipped rows with file/row/reason, source path or None when generated).
+    """
+    fmt = str(_get(data_cfg, "format", "items"))
+    path = _get(data_cfg, "path")
+    limit = _get(data_cfg, "limit")
+    skipped: list[dict[str, Any]] = []
+    if fmt == "arithmark":
+        from zcp.data import arithmark
+
+        if path:
+            from zcp.data.loaders import resolve_path
+
+            records = arithmark.load_arithmark(resolve_path(path))
+        else:
+            records = arithmark.generate_arithmark(int(_get(data_cfg, "n_per_stage", 1000)),
+                                                   int(_get(data_cfg, "generator_seed", seed)))
+        items = [arithmark.arithmark_to_item(r) for r in records]
+    elif fmt == "wordproblems" and not path:
+        from zcp.data.wordproblems import generate_word_problems
+
+        families = _get(data_cfg, "families")
+        items = generate_word_problems(int(_get(data_cfg, "n", 1000)), int(_get(data_cfg, "generator_seed", seed)),
+                                       families=list(families) if families else None)
+    else:
+        from zcp.data.loaders import load_items, resolve_path
+
+        if not path:
+            raise DataError("data.path is required", field="data.path")
+        items = load_items(path, "items" if fmt == "wordproblems" else fmt, fields=dict(_get(data_cfg, "fields", {})),
+                           variant=_get(data_cfg, "variant"), on_invalid=str(_get(data_cfg, "on_invalid", "error")),
+                           skipped=skipped)
+        path = str(Path(resolve_path(path)).resolve())
+    if limit is not None:
+        items = items[: int(limit)]
+    return items, skipped, (str(path) if path else None)
+
+
+def reference_method(method: str, data_cfg: Any, items: list[Item]) -> str:
+    """Resolve `reference.method=auto` from the data format (and the items' metadata)."""
+    if method not in REFERENCE_METHODS:
+        raise ValueError(f"reference.method must be one of {', '.join(REFERENCE_METHODS)}, not {method!r}")
+    if method != "auto":
+        return method
+    fmt = str(_get(data_cfg, "format", "items"))
+    if fmt == "gsm8k":
+        return "gsm8k"
+    if fmt == "arithmark" or (items and items[0].metadata.get("source") == "arithmark"):
+        return "arithmark"
+    if fmt == "wordproblems" or (items and "family" in items[0].metadata and "values" in items[0].metadata):
+        return "wordproblem"
+    return "llm"
+
+
+def _draw_seed(seed: int, j: int) -> int:
+    return int(stable_hash(f"reference-draw|{seed}|{j}"), 16) % (2**31)
+
+
+def build_reference(items: list[Item], method: str, m: int, seed: int, ref_cfg: Any = None,
+                    backends: dict[str, Any] | None = None) -> tuple[list[Item], list[dict[str, Any]], list[dict[str, Any]]]:
+    """m reference items per item by `method`; returns (references, rejections, LLM verdicts).
+
+    A rejection (item id, reason, how many draws were kept) is recorded for every item with fewer than
+    m references. `backends` may pass ready generator/judge backends for the LLM method (tests).
+    """
+    refs: list[Item] = []
+    rejections: list[dict[str, Any]] = []
+    verdicts: list[dict[str, Any]] = []
+    if method == "none" or m <= 0:
+        return refs, rejections, verdicts
+    if method == "gsm8k":
+        from zcp.reference.gsm8k import perturb_gsm8k
+
+        for it in items:
+            res = perturb_gsm8k(it, m, seed)
+            refs.extend(res.items)
+            if res.reason:
+                rejections.append({"id": it.id, "row": it.metadata.get("row"), "reason": res.reason,
+                                   "kept": len(res.items)})
+    elif method in ("wordproblem", "arithmark"):
+        for it in items:
+            got: list[Item] = []
+            reasons = []
+            for j in range(m):
+                try:
+                    ref = _program_reference(it, method, _draw_seed(seed, j))
+                except (ValueError, KeyError) as e:
+                    reasons.append(str(e))
+                    continue
+                if any(r.question == ref.question for r in got):
+                    reasons.append("a draw repeated an earlier draw")
+                    continue
+                meta = dict(ref.metadata)
+                meta.update({"original_id": it.id, "draw": len(got)})
+                got.append(Item(id=f"{it.id}::ref{len(got)}", question=ref.question, answer=ref.answer,
+                                solution=ref.solution, metadata=meta))
+            refs.extend(got)
+            if len(got) < m:
+                rejections.append({"id": it.id, "row": it.metadata.get("row"), "kept": len(got),
+                                   "reason": f"only {len(got)} of {m} draws: {'; '.join(sorted(set(reasons)))}"})
+    elif method == "llm":
+        from zcp.reference.llm_pipeline import LLMReferencePipeline
+
+        backends = backends or _llm_backends(ref_cfg)
+        opts = {k: v for k, v in dict(_get(ref_cfg, "pipeline", {})).items() if v is not None}
+        pipe = LLMReferencePipeline(backends["generator"], backends["judges"], **opts)
+        refs, verdicts = pipe.run(items, m=m, seed=seed)
+        kept = Counter(r.metadata["original_id"] for r in refs)
+        for it in items:
+            if kept[it.id] < m:
+                last = [v["reason"] for v in verdicts if v["original_id"] == it.id and not v["accepted"]]
+                rejections.append({"id": it.id, "row": it.metadata.get("row"), "kept": kept[it.id],
+                                   "reason": f"only {kept[it.id]} of {m} draws accepted"
+                                             + (f" (last: {last[-1]})" if last else "")})
+    else:
+        raise ValueError(f"unknown reference method {method!r}")
+    return refs, rejections, verdicts
+
+
+def _program_reference(item: Item, method: str, seed: int) -> Item:
+    if method == "wordproblem":
+        from zcp.data.wordproblems import perturb_word_problem
+
+        return perturb_word_problem(item, seed)
+    from zcp.data.arithmark import arithmark_to_item, perturb_arithmark
+
+    record = {k: v for k, v in item.metadata.items() if k not in ("source", "source_file", "row")}
+    return arithmark_to_item(perturb_arithmark(record, seed))
+
+
+def _llm_backends(ref_cfg: Any) -> dict[str, Any]:
+    from zcp.config import build_backend
+
+    gen_cfg, judge_cfgs = _get(ref_cfg, "generator"), list(_get(ref_cfg, "judges", []))
+    if gen_cfg is None or not _get(gen_cfg, "path") or not judge_cfgs:
+        raise ValueError("reference=llm needs reference.generator.path and at least one reference.judges[*].path "
+                         "(see conf/reference/llm.yaml)")
+    return {"generator": build_backend(gen_cfg), "judges": [build_backend(j) for j in judge_cfgs]}
+
+
+# ------------------------------------------------------------------------------------- paraphrases
+
+
+def make_paraphraser(para_cfg: Any, backend: Any = None) -> Any:
+    """The paraphraser of the `paraphrase` config (`name`, its options; `model` for the LLM one)."""
+    from zcp.paraphrase import get_paraphraser
+
+    name = str(_get(para_cfg, "name", "rules"))
+    opts = {k: v for k, v in dict(_get(para_cfg, "options", {})).items() if v is not None}
+    if name == "llm":
+        if backend is None:
+            from zcp.config import build_backend
+
+            model = _get(para_cfg, "model")
+            if model is None or not _get(model, "path"):
+                raise ValueError("paraphrase=llm needs paraphrase.model.path (see conf/paraphrase/llm.yaml)")
+            backend = build_backend(model)
+        opts["backend"] = backend
+    return get_paraphraser(name, **opts)
+
+
+# -------------------------------------------------------------------------------------------- main
+
+
+def _files_hashes(out: Path, names: list[str]) -> dict[str, str]:
+    return {n: sha256_file(out / n) for n in names if (out / n).exists()}
+
+
+def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build items, split, reference set and paraphrases as configured; returns the build report.
+
+    `backends` (tests, notebooks) may supply ready backends: {"generator", "judges"} for the LLM
+    reference pipeline and "paraphraser" for the LLM paraphraser.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    from zcp.config import run_dir, save_config, to_dict
+    from zcp.data.loaders import save_items
+    from zcp.data.split import split_items
+    from zcp.io import seed_everything, write_jsonl
+    from zcp.tracking import Tracker
+
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    seed = int(_get(cfg, "seed", 0))
+    seed_everything(seed)
+    data_cfg, ref_cfg, para_cfg, split_cfg = cfg.get("data"), cfg.get("reference"), cfg.get("paraphrase"), cfg.get("split")
+    out = run_dir(cfg, "build_data", str(_get(data_cfg, "name", "data")))
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out)
+    t0 = time.time()
+
+    items, skipped, source = load_dataset_items(data_cfg, seed)
+    save_items(out / "items.jsonl", items)
+    manifest = split_items(items, seed, c_fraction=float(_get(split_cfg, "c_fraction", 0.5)),
+                           stratify_by=_get(split_cfg, "stratify_by"), source_path=source)
+    manifest.save(out / "manifest.json")
+
+    method = reference_method(str(_get(ref_cfg, "method", "auto")), data_cfg, items)
+    m = int(_get(ref_cfg, "m", 1))
+    refs, ref_rejections, verdicts = build_reference(items, method, m, seed, ref_cfg, backends)
+    save_items(out / "reference.jsonl", refs)
+    if verdicts:
+        write_jsonl(out / "reference_verdicts.jsonl", verdicts)
+
+    k = int(_get(para_cfg, "k", 6))
+    para_items: list[Item] = []
+    para_report: dict[str, Any] = {"paraphraser": None}
+    para_rejections: list[dict[str, Any]] = []
+    if k > 0 and str(_get(para_cfg, "name", "rules")) != "none":
+        paraphraser = make_paraphraser(para_cfg, (backends or {}).get("paraphraser"))
+        which = str(_get(para_cfg, "split", "C"))
+        targets = items if which == "all" else manifest.subset(items, "C")
+        for it in targets:
+            para_items.extend(paraphraser.paraphrase(it, k, seed))
+        para_report, para_rejections = paraphraser.report(), paraphraser.rejections
+    save_items(out / "paraphrases.jsonl", para_items)
+
+    per_item = Counter(r.metadata["original_id"] for r in refs)
+    covered = set(per_item)
+    rouge = [p.metadata["rougeL"] for p in para_items]
+    bleu = [p.metadata["bleu"] for p in para_items]
+    counts = {
+        "items": len(items), "skipped_rows": len(skipped), "C": len(manifest.c_ids), "U": len(manifest.u_ids),
+        "reference_items": len(refs), "reference_covered": len(covered),
+        "reference_full": sum(1 for it in items if per_item[it.id] >= m),
+        "reference_rejected": sum(1 for r in ref_rejections if r["kept"] == 0),
+        "paraphrases": len(para_items),
+        "paraphrase_rejections": sum(1 for r in para_rejections if r["round"] is not None),
+    }
+    report = {
+        "seed": seed,
+        "data": {"name": _get(data_cfg, "name"), "format": _get(data_cfg, "format"), "path": source,
+                 "sha256": sha256_file(source) if source else None},
+        "counts": counts,
+        "reference": {"method": method, "m": m, "coverage": len(covered) / len(items) if items else 0.0,
+                      "rejection_reasons": dict(Counter(_reason_kind(r["reason"]) for r in ref_rejections)),
+                      "rejections": ref_rejections},
+        "paraphrase": {**para_report, "k": k,
+                       "rougeL_mean": statistics.fmean(rouge) if rouge else None,
+                       "bleu_mean": statistics.fmean(bleu) if bleu else None,
+                       "rejections": para_rejections},
+        "skipped_rows": skipped,
+        "split": {"c_fraction": manifest.c_fraction, "stratify_by": manifest.stratify_by, "seed": manifest.seed},
+        "seconds": round(time.time() - t0, 2),
+    }
+    files = ["items.jsonl", "manifest.json", "reference.jsonl", "reference_verdicts.jsonl", "paraphrases.jsonl"]
+    report["files"] = _files_hashes(out, files)
+    report["output_dir"] = str(out)
+    (out / "build_report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+
+    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="build_data") as tracker:
+        flat = {f"counts/{k}": v for k, v in counts.items()}
+        flat.update({"reference/coverage": report["reference"]["coverage"],
+                     "paraphrase/rougeL_mean": report["paraphrase"]["rougeL_mean"],
+                     "paraphrase/bleu_mean": report["paraphrase"]["bleu_mean"]})
+        tracker.log({k: v for k, v in flat.items() if v is not None})
+        tracker.summary({k: v for k, v in flat.items() if v is not None})
+        tracker.table("paraphrase_similarity", [{"id": p.id, "rougeL": p.metadata["rougeL"], "bleu": p.metadata["bleu"]}
+                                                for p in para_items])
+        if bool(_get(cfg, "log_reference_to_wandb", False)):  # opt-in: the reference set is private
+            tracker.table("reference", [{"id": r.id, "original_id": r.metadata["original_id"], "question": r.question,
+                                         "answer": r.answer} for r in refs])
+    return report
+
+
+def _reason_kind(reason: str) -> str:
+    """A short class of a rejection reason (numbers and quoted text removed) for counting."""
+    import re
+
+    text = re.sub(r"^row \d+: ", "", reason)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"|<<[^>]*>>|\{[^}]*\}|[-\d.,/]+", "#", text)
+    return text[:100]
