@@ -111,3 +111,28 @@ def test_per_seed_draws_are_disjoint_shares():
     recs += [{"split": "D", "variant": "reference", "original_id": "i", "draw": j, "p_all": j / 10} for j in range(6)]
     out = analyse(recs, ["p_all"], DetectSettings(seeds=[0, 1, 2], reference_draws="per_seed", bootstrap_samples=10))
     assert [p["s_ref"] for p in out["results"][0]["per_seed"]] == pytest.approx([0.15, 0.25, 0.35])
+
+
+def test_load_datasets_with_manifest_and_variants(tmp_path):
+    from omegaconf import OmegaConf
+
+    from zcp.data.loaders import save_items
+    from zcp.data.split import split_items
+    from zcp.detect import load_datasets
+
+    ds, _, _ = _dataset(n=10, m=2)
+    save_items(tmp_path / "items.jsonl", ds.originals)
+    save_items(tmp_path / "ref.jsonl", [r for rows in ds.reference.values() for r in rows])
+    save_items(tmp_path / "para.jsonl", [r for rows in ds.variants["paraphrased"].values() for r in rows][:6])
+    manifest = split_items(ds.originals, seed=1)
+    manifest.save(tmp_path / "manifest.json")
+    cfg = OmegaConf.create({"name": "x", "path": str(tmp_path / "items.jsonl"), "format": "items",
+                            "reference_path": str(tmp_path / "ref.jsonl"), "reference_format": "items",
+                            "variant_paths": {"paraphrased": str(tmp_path / "para.jsonl")},
+                            "manifest": str(tmp_path / "manifest.json")})
+    out, skipped = load_datasets(cfg)
+    assert [d.split for d in out] == ["C", "U"] and not skipped
+    assert {it.id for it in out[0].originals} == set(manifest.c_ids)
+    assert all(len(out[0].reference[it.id]) == 2 for it in out[0].originals)
+    n_para = sum(len(v) for d in out for v in d.variants["paraphrased"].values())
+    assert n_para == 6
