@@ -187,7 +187,7 @@ def notation(text: str, rng: random.Random) -> str | None:
         options.append(lambda t: re.sub(r"\$(\d[\d,]*(?:\.\d\d)?)(?![\d.,]*\d)(?!\s*(?:dollars?|each))",
                                         r"\1 dollars", t))
     if re.search(r"\d,\d{3}", text):
-        options.append(lambda t: re.sub(r"(\d),(\d{3})(?!\d)", r"\1\2", t))
+        options.append(lambda t: re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), t))
     elif re.search(r"(?<![\d.,$])\d{4,6}(?![\d.,])", text):
         options.append(lambda t: re.sub(r"(?<![\d.,])(\d{1,3})(\d{3})(?![\d.,])", r"\1,\2", t))
     for long, short in _CONTRACTIONS:

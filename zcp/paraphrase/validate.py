@@ -35,22 +35,40 @@ _WORD_RUN_RE = re.compile(rf"\b(?:{_WORD})(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))*\b
 _DIGITS_RE = re.compile(r"(?<![\d.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?!\.\d))?|(?<![\d.])\.\d+")
 
 
-def _words_value(run: str) -> Fraction:
-    """Value of a run of English number words ("two hundred and forty-five" -> 245)."""
-    total, current = 0, 0
+def _words_values(run: str) -> list[Fraction]:
+    """Values of a run of English number words: "two hundred and forty-five" -> [245], "five five" -> [5, 5].
+
+    A word that cannot extend the number being read (a unit after a unit, a tens word after a unit)
+    starts a new number, so adjacent numbers are not merged.
+    """
+    out: list[int] = []
+    total, current, last = 0, 0, None  # last: kind of the previous word
     for w in re.split(r"[\s-]+", run.lower()):
         if w == "and" or not w:
             continue
-        if w in _UNITS:
+        kind = "unit" if w in _UNITS else "tens" if w in _TENS else w
+        extends = last is not None and (
+            (kind == "unit" and last in ("tens", "hundred", "thousand", "million") and not (
+                last == "tens" and _UNITS[w] >= 10))
+            or (kind == "tens" and last in ("hundred", "thousand", "million"))
+            or (kind == "hundred" and last in ("unit", "tens"))
+            or (kind in ("thousand", "million") and last in ("unit", "tens", "hundred")))
+        if last is not None and not extends:
+            out.append(total + current)
+            total, current = 0, 0
+        if kind == "unit":
             current += _UNITS[w]
-        elif w in _TENS:
+        elif kind == "tens":
             current += _TENS[w]
-        elif w == "hundred":
+        elif kind == "hundred":
             current = max(current, 1) * 100
         else:  # thousand, million
             total += max(current, 1) * _SCALES[w]
             current = 0
-    return Fraction(total + current)
+        last = kind
+    if last is not None:
+        out.append(total + current)
+    return [Fraction(v) for v in out]
 
 
 def numeric_values(text: str) -> Counter:
@@ -67,7 +85,8 @@ def numeric_values(text: str) -> Counter:
         if m.group(0).lower() == "one" and (_PRONOUN_BEFORE.search(text[: m.start()])
                                             or _PRONOUN_AFTER.match(text[m.end():])):
             continue  # "each one", "no one", "one of them": a pronoun, not a quantity
-        values[_words_value(m.group(0))] += 1
+        for v in _words_values(m.group(0)):
+            values[v] += 1
     for m in _ADVERB_RE.finditer(text):
         values[Fraction(_ADVERBS[m.group(1).lower()])] += 1
     return values

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,10 @@ SPECIAL_WORDS: dict[str, tuple[Fraction, ...]] = {
 # conversion rather than as the quantity (e.g. "12 eggs a month ... per year" uses 12 twice).
 # "a+b": both words must appear (4 weeks a month needs "week" and "month").
 UNIT_CONSTANTS: dict[int, tuple[str, ...]] = {
-    2: ("half", "twice", "double", "pair", "couple", "both", "pint+quart"),
+    2: ("half", "twice", "double", "pair", "couple", "both", "pint+quart", "weekend", "saturday+sunday"),
     3: ("third", "triple", "thrice", "feet+yard", "foot+yard"),
     4: ("quarter", "fourth", "week+month", "quart+gallon", "season+year"),
-    5: ("fifth", "nickel", "weekday", "workday", "work day", "school day"),
+    5: ("fifth", "nickel", "weekday", "workday", "work day", "school day", "monday+friday"),
     6: ("sixth", "half dozen", "half-dozen"),
     7: ("week",),
     8: ("pint+gallon", "ounce+cup"),
@@ -546,6 +547,7 @@ class _Analysis:
     dependent: dict[int, Any]  # variables computed from the free ones (sympy expressions)
     symbols: list[Any]
     frozen_values: dict[str, str]  # value -> reason it stays (for the report)
+    relations: list[tuple[Fraction, str, tuple[int | Fraction, ...]]] = field(default_factory=list)
 
 
 def _analyse(item: Item) -> _Analysis:
@@ -585,6 +587,9 @@ def _analyse(item: Item) -> _Analysis:
             reason = "possible unit constant"
         if reason is None and value == 100 and any(q.percent for q in occ):
             reason = "100%"
+        if reason is None and re.search(rf"\bthere (?:are|is|were|was) {re.escape(format_number(value))}\s+[a-z]+\s+"
+                                        r"(?:in|from|between|per|a|an|each)\b", item.solution, re.IGNORECASE):
+            reason = "stated as a fact in the solution"  # "there are 5 days from Monday to Friday"
         if reason is not None:
             frozen_values[format_number(value)] = reason
             constants.add(value)
@@ -680,7 +685,40 @@ def _analyse(item: Item) -> _Analysis:
     if not {int(str(s)[1:]) for s in final_syms} & (set(free) | set(dependent)):
         raise ValueError("the final answer does not depend on any perturbable question number")
     return _Analysis(question, chain, quantities, variables, candidates, bindings, free, dependent, symbols,
-                     frozen_values)
+                     frozen_values, _hidden_relations(quantities, variables, used, set(free) | set(dependent)))
+
+
+def _hidden_relations(quantities: list[Quantity], variables: list[Variable], used: set[int],
+                      moving: set[int]) -> list[tuple[Fraction, str, tuple[int | Fraction, ...]]]:
+    """Relations between a question number the chain never uses and the numbers that will change.
+
+    "5 workers ... 2 of the workers ..., another 2 workers ... the fifth worker": 5 = 2 + 2 + 1 is
+    never computed, but a draw that changes the 2s must keep it. Sums of two or three occurrences (plus
+    0 or 1) and products of two are recorded, and every draw must still satisfy them.
+    """
+    var_of = {v.value: vi for vi, v in enumerate(variables)}
+    terms: list[int | Fraction] = [var_of.get(q.value, q.value) for q in quantities]  # var index or constant
+    unused = {q.value for q in quantities if not q.frozen and q.value not in (0, 1)
+              and (q.value not in var_of or var_of[q.value] not in used)}
+    if not unused or not moving:
+        return []
+
+    def val(t: int | Fraction) -> Fraction:
+        return variables[t].value if isinstance(t, int) else t
+
+    relations = []
+    for size in (2, 3):
+        for combo in combinations(range(len(terms)), size):
+            ts = tuple(terms[i] for i in combo)
+            if not any(isinstance(t, int) and t in moving for t in ts):
+                continue
+            total = sum(val(t) for t in ts)
+            for c in (0, 1):
+                if total + c in unused:
+                    relations.append((total + c, f"sum+{c}", ts))
+            if size == 2 and val(ts[0]) * val(ts[1]) in unused:
+                relations.append((val(ts[0]) * val(ts[1]), "prod", ts))
+    return relations
 
 
 def _solve(constraints: list[Any], symbols: list[Any], original: dict[Any, Any],
@@ -830,6 +868,11 @@ def _try(an: _Analysis, new: dict[int, Fraction]) -> tuple[_Draw | None, str]:
                     an.variables[c[1]].forms[c[2]](new.get(c[1], an.variables[c[1]].value))
                 if alt != val:
                     return None, "the readings of a literal disagree"
+    for target, kind, ts in an.relations:
+        vals = [new.get(t, an.variables[t].value) if isinstance(t, int) else t for t in ts]
+        got = vals[0] * vals[1] if kind == "prod" else sum(vals) + int(kind[-1])
+        if got != target:
+            return None, "a relation with a number the chain does not use would break"
     if results[chain.final_step] == chain.answer:
         return None, "the final answer did not change"
     return _Draw(dict(new), literals, results), ""
@@ -916,8 +959,8 @@ def _map_text(text: str, local: dict[Fraction, list[Fraction]], global_map: dict
     repl: list[tuple[int, int, str]] = []
     for n, q in enumerate(extract_quantities(text)):
         old = q.value
-        if q.kind == "word" and old not in local and old not in global_map:
-            continue  # "one of them", "two people": words not tied to the chain stay as they are
+        if q.kind == "word" and old not in local:
+            continue  # "one of them", "these two groups": only words of the step at hand are rewritten
         if n == 0 and after_annotation is not None and not text[:q.start].strip(" $") \
                 and old == after_annotation[0]:
             new = after_annotation[1]  # the result written right after <<...>>
