@@ -68,6 +68,8 @@ def trainer_args(config_cls: type, settings: Mapping[str, Any], *, output_dir: s
 
     fields = {f.name for f in dataclasses.fields(config_cls)}
     kw = dict(settings)
+    if "train_sampling_strategy" in kw and "train_sampling_strategy" not in fields:  # transformers < 5
+        kw["group_by_length"] = kw.pop("train_sampling_strategy") == "group_by_length"
     unknown = sorted(set(kw) - fields)
     if unknown:
         raise ValueError(f"unknown {config_cls.__name__} fields: {unknown}")
