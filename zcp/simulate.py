@@ -22,7 +22,7 @@ import numpy as np
 
 from zcp.data.schema import Item
 from zcp.detect import DetectDataset, DetectSettings, _per_item, detect, probe_config
-from zcp.io import read_jsonl
+from zcp.io import read_jsonl, stable_hash
 from zcp.report import METRIC_LABEL, plot_c_cont
 from zcp.stats import paired_test
 
@@ -161,6 +161,13 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
                                            gen_batch_size=int(mcfg.get("gen_batch_size", 32)))
         backend.name = f"{name}:{Path(path).name}"
         runs[name] = out_root / name
+        if name == "base":
+            # The base model's detection depends only on the base model, the items, references and probe
+            # settings: share it between runs (an exposure sweep probes the base model once).
+            units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
+            key = stable_hash(json.dumps([path, probe.__dict__, units, seeds, settings.bootstrap_samples],
+                                         sort_keys=True, default=str), 12)
+            runs[name] = Path(result.run_dir).parent / f"base-detect__{key}"
         summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=f"ZCP on the {name} model")
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
