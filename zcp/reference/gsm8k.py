@@ -547,7 +547,8 @@ class _Analysis:
     dependent: dict[int, Any]  # variables computed from the free ones (sympy expressions)
     symbols: list[Any]
     frozen_values: dict[str, str]  # value -> reason it stays (for the report)
-    relations: list[tuple[Fraction, str, tuple[int | Fraction, ...]]] = field(default_factory=list)
+    relations: list[tuple[Any, str, tuple[Any, ...]]] = field(default_factory=list)  # checked per draw
+    compiled: dict[int, Any] | None = None
 
 
 def _analyse(item: Item) -> _Analysis:
@@ -660,6 +661,18 @@ def _analyse(item: Item) -> _Analysis:
     else:  # pragma: no cover - each round freezes or constrains at least one variable
         raise ValueError("could not disambiguate the chain")
 
+    # coincidences among the question's numbers become constraints too (solved like the readings), or,
+    # when they cannot be solved for, checks every draw must pass
+    used_now = {c[1] for per_lit in candidates for cands in per_lit for c in cands if c[0] == "q"}
+    to_solve, checks = _relations(quantities, variables, used_now)
+    for target, kind, terms in to_solve:
+        expr = symbols[target] - _relation_value(kind, [symbols[t] for t in terms])
+        trial = _solve([*constraints, expr], symbols, original, frozen)
+        if trial is not None:
+            constraints.append(expr)
+            solution = trial
+        else:
+            checks.append((target, kind, terms))
     # variables the solver fixed to a constant are frozen too
     for vi, expr in list(solution.items()):
         if not expr.free_symbols:
@@ -685,40 +698,57 @@ def _analyse(item: Item) -> _Analysis:
     if not {int(str(s)[1:]) for s in final_syms} & (set(free) | set(dependent)):
         raise ValueError("the final answer does not depend on any perturbable question number")
     return _Analysis(question, chain, quantities, variables, candidates, bindings, free, dependent, symbols,
-                     frozen_values, _hidden_relations(quantities, variables, used, set(free) | set(dependent)))
+                     frozen_values, checks)
 
 
-def _hidden_relations(quantities: list[Quantity], variables: list[Variable], used: set[int],
-                      moving: set[int]) -> list[tuple[Fraction, str, tuple[int | Fraction, ...]]]:
-    """Relations between a question number the chain never uses and the numbers that will change.
+def _relations(quantities: list[Quantity], variables: list[Variable], used: set[int]
+               ) -> tuple[list[tuple[Any, str, tuple[Any, ...]]], list[tuple[Any, str, tuple[Any, ...]]]]:
+    """Arithmetic coincidences among the question's numbers that a draw must keep: (to solve, to check).
 
-    "5 workers ... 2 of the workers ..., another 2 workers ... the fifth worker": 5 = 2 + 2 + 1 is
-    never computed, but a draw that changes the 2s must keep it. Sums of two or three occurrences (plus
-    0 or 1) and products of two are recorded, and every draw must still satisfy them.
+    "her 5 friends. 2 of her friends ... the other 3 friends" (5 = 2 + 3) or "5 workers ... 2 of the
+    workers ..., another 2 workers ... the fifth worker" (5 = 2 + 2 + 1) are never computed by the chain,
+    but a draw that changes the 2 must change the 5 with it, or leave both. Two kinds are recorded:
+    a number the chain does not use that equals the sum of two or three other occurrences (plus 0 or 1)
+    or the product of two (checked on every draw); and a variable equal to the sum of two or three
+    other variables (kept by solving for one of them). Terms are variable indices or constant values.
     """
     var_of = {v.value: vi for vi, v in enumerate(variables)}
-    terms: list[int | Fraction] = [var_of.get(q.value, q.value) for q in quantities]  # var index or constant
+    occ = [(var_of.get(q.value, q.value), q.value) for q in quantities if q.value not in (0, 1) and not q.frozen]
     unused = {q.value for q in quantities if not q.frozen and q.value not in (0, 1)
               and (q.value not in var_of or var_of[q.value] not in used)}
-    if not unused or not moving:
-        return []
+    solve: list[tuple[Any, str, tuple[Any, ...]]] = []
+    check: list[tuple[Any, str, tuple[Any, ...]]] = []
+    seen: set[tuple] = set()
+    for t_idx, (target, t_val) in enumerate(occ):
+        others = [o for i, o in enumerate(occ) if i != t_idx]
+        for size in (2, 3):
+            for combo in combinations(others, size):
+                terms = tuple(term for term, _ in combo)
+                moving = [x for x in (target, *terms) if isinstance(x, int) and x in used]
+                if not moving:
+                    continue
+                total = sum(v for _, v in combo)
+                rels = [(f"sum+{c}", total + c) for c in (0, 1)]
+                if size == 2:
+                    rels.append(("prod", combo[0][1] * combo[1][1]))
+                for kind, value in rels:
+                    if value != t_val:
+                        continue
+                    key = (target, kind, tuple(sorted(map(str, terms))))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if t_val in unused:
+                        check.append((target, kind, terms))
+                    elif kind == "sum+0" and all(isinstance(x, int) for x in (target, *terms)):
+                        solve.append((target, kind, terms))
+    return solve, check
 
-    def val(t: int | Fraction) -> Fraction:
-        return variables[t].value if isinstance(t, int) else t
 
-    relations = []
-    for size in (2, 3):
-        for combo in combinations(range(len(terms)), size):
-            ts = tuple(terms[i] for i in combo)
-            if not any(isinstance(t, int) and t in moving for t in ts):
-                continue
-            total = sum(val(t) for t in ts)
-            for c in (0, 1):
-                if total + c in unused:
-                    relations.append((total + c, f"sum+{c}", ts))
-            if size == 2 and val(ts[0]) * val(ts[1]) in unused:
-                relations.append((val(ts[0]) * val(ts[1]), "prod", ts))
-    return relations
+def _relation_value(kind: str, vals: Sequence[Any]) -> Any:
+    if kind == "prod":
+        return vals[0] * vals[1]
+    return sum(vals[1:], vals[0]) + int(kind[-1])
 
 
 def _solve(constraints: list[Any], symbols: list[Any], original: dict[Any, Any],
@@ -746,6 +776,8 @@ def _solve(constraints: list[Any], symbols: list[Any], original: dict[Any, Any],
             except (NotImplementedError, ValueError):  # pragma: no cover - sympy gives up
                 continue
             for root in roots:
+                if not root.is_rational_function(*eq.free_symbols):
+                    continue  # e.g. a square root from a product relation: not exactly computable
                 if sympy.simplify(root.subs(original) - original[sym]) != 0:
                     continue
                 poly = not sympy.fraction(sympy.together(root))[1].free_symbols
@@ -868,14 +900,25 @@ def _try(an: _Analysis, new: dict[int, Fraction]) -> tuple[_Draw | None, str]:
                     an.variables[c[1]].forms[c[2]](new.get(c[1], an.variables[c[1]].value))
                 if alt != val:
                     return None, "the readings of a literal disagree"
-    for target, kind, ts in an.relations:
-        vals = [new.get(t, an.variables[t].value) if isinstance(t, int) else t for t in ts]
-        got = vals[0] * vals[1] if kind == "prod" else sum(vals) + int(kind[-1])
-        if got != target:
-            return None, "a relation with a number the chain does not use would break"
+    def value(t: Any) -> Fraction:
+        return new.get(t, an.variables[t].value) if isinstance(t, int) else t
+
+    for target, kind, terms in an.relations:
+        if _relation_value(kind, [value(t) for t in terms]) != value(target):
+            return None, "a relation between the question's numbers would break"
     if results[chain.final_step] == chain.answer:
         return None, "the final answer did not change"
     return _Draw(dict(new), literals, results), ""
+
+
+def _compiled(an: _Analysis) -> dict[int, Any]:
+    """The dependent variables' sympy expressions as compiled Python over Fractions (subs is too slow)."""
+    if an.compiled is None:
+        an.compiled = {}
+        for vi, expr in an.dependent.items():
+            text = re.sub(r"(?<![\w.])(\d+)(?![\w.])", r"F(\1)", str(expr))  # exact: F(3)/F(2), not 1.5
+            an.compiled[vi] = compile(text, f"<dependent v{vi}>", "eval")
+    return an.compiled
 
 
 def _sample(an: _Analysis, rng: random.Random, stage: int) -> tuple[dict[int, Fraction] | None, str]:
@@ -886,15 +929,12 @@ def _sample(an: _Analysis, rng: random.Random, stage: int) -> tuple[dict[int, Fr
         chosen = rng.sample(chosen, rng.randint(1, len(chosen) - 1))
     new = {vi: _draw(an.variables[vi], rng, keep_roundness=stage == 0) for vi in chosen}
     if an.dependent:
-        import sympy
-
-        point = {an.symbols[vi]: sympy.Rational(new.get(vi, v.value).numerator, new.get(vi, v.value).denominator)
-                 for vi, v in enumerate(an.variables)}
-        for vi, expr in an.dependent.items():
-            val = expr.subs(point)
-            if not val.is_Rational:
+        env = {f"v{vi}": new.get(vi, v.value) for vi, v in enumerate(an.variables)}
+        for vi, code in _compiled(an).items():
+            try:
+                fval = Fraction(eval(code, {"F": Fraction, "__builtins__": {}}, env))  # our own sympy output
+            except (ZeroDivisionError, TypeError, ValueError, NameError):
                 return None, "a constrained value is undefined"
-            fval = Fraction(int(val.p), int(val.q))
             if not an.variables[vi].admissible(fval):
                 return None, "a constrained value left its range"
             new[vi] = fval
