@@ -130,6 +130,7 @@ class TemplateParaphraser(Paraphraser):
         super().__init__(max_rounds=1, max_rouge_l=max_rouge_l)
 
     def propose(self, item: Item, n: int, seed: int, round_: int) -> list[Candidate]:
+        """Up to `n` rewordings from the item family's templates (as many as exist)."""
         from zcp.data import wordproblems  # imported lazily: optional for real-benchmark paraphrasing
 
         for n_try in range(n, 0, -1):  # a family may have fewer rewording templates than asked for

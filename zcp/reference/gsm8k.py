@@ -500,6 +500,7 @@ class Variable:
 
     @property
     def decimals(self) -> int:
+        """Most decimal places any occurrence is written with ($1.50 -> 2)."""
         return max((q.decimals for q in self.occurrences), default=0)
 
     def bounds(self) -> tuple[int, int, int, int]:
