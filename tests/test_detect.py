@@ -136,3 +136,21 @@ def test_load_datasets_with_manifest_and_variants(tmp_path):
     assert all(len(out[0].reference[it.id]) == 2 for it in out[0].originals)
     n_para = sum(len(v) for d in out for v in d.variants["paraphrased"].values())
     assert n_para == 6
+
+
+def test_missing_reference_error_or_skip(tmp_path):
+    from omegaconf import OmegaConf
+
+    from zcp.data.loaders import save_items
+    from zcp.data.schema import DataError
+    from zcp.detect import load_datasets
+
+    ds, _, _ = _dataset(n=4, m=1)
+    save_items(tmp_path / "items.jsonl", ds.originals)
+    save_items(tmp_path / "ref.jsonl", [r for k, rows in ds.reference.items() if k != "i2" for r in rows])
+    cfg = {"name": "x", "path": str(tmp_path / "items.jsonl"), "reference_path": str(tmp_path / "ref.jsonl")}
+    with pytest.raises(DataError, match="have no reference row: i2"):
+        load_datasets(OmegaConf.create(cfg))
+    out, skipped = load_datasets(OmegaConf.create({**cfg, "missing_reference": "skip"}))
+    assert [it.id for it in out[0].originals] == ["i0", "i1", "i3"]
+    assert skipped == [{"file": str(tmp_path / "ref.jsonl"), "id": "i2", "reason": "no reference row"}]

@@ -267,20 +267,28 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     skipped: list[dict[str, Any]] = []
     items = load_items(d["path"], d.get("format", "items"), fields=d.get("fields") or None, variant=d.get("variant"),
                        limit=d.get("limit"), on_invalid=d.get("on_invalid", "error"), skipped=skipped)
+    on_missing = d.get("missing_reference", "error")
+    if on_missing not in ("error", "skip"):
+        raise ValueError(f"data.missing_reference must be error or skip, not {on_missing!r}")
     reference = load_paired(d["reference_path"], items, d.get("reference_format", "items"),
-                            fields=d.get("reference_fields") or None, variant=d.get("reference_variant"))
+                            fields=d.get("reference_fields") or None, variant=d.get("reference_variant"),
+                            require_all=on_missing == "error")
     variants = {name: load_paired(path, items, d.get("variant_format", "items"), require_all=False,
                                   what=f"'{name}' variant")
-                for name, path in (d.get("variant_paths") or {}).items()}
-    name = d.get("name") or Path(str(d["path"])).stem
-    if not d.get("manifest"):
-        return [DetectDataset(name, items, reference, variants)], skipped
-    from zcp.data.split import Manifest
+                for name, path in (d.get("variant_paths") or {}).items() if path}
+    # items without a reference row (rejected by the reference builder): left out and listed in summary.json
+    skipped += [{"file": str(d["reference_path"]), "id": it.id, "reason": "no reference row"}
+                for it in items if it.id not in reference]
+    if d.get("manifest"):
+        from zcp.data.split import Manifest
 
-    manifest = Manifest.load(str(resolve_path(d["manifest"])))
+        manifest = Manifest.load(str(resolve_path(d["manifest"])))
+        groups = {split: manifest.subset(items, split) for split in ("C", "U")}
+    else:
+        groups = {d.get("name") or Path(str(d["path"])).stem: items}
     out = []
-    for split in ("C", "U"):
-        sub = manifest.subset(items, split)
+    for split, sub in groups.items():
+        sub = [it for it in sub if it.id in reference]
         ids = {it.id for it in sub}
         out.append(DetectDataset(split, sub, {k: v for k, v in reference.items() if k in ids},
                                  {n: {k: v for k, v in vv.items() if k in ids} for n, vv in variants.items()}))
