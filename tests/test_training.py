@@ -423,3 +423,59 @@ def test_load_exposure_names_the_missing_field(tmp_path):
     (tmp_path / "exposure.json").write_text(json.dumps({"schema": 1, "knobs": {}}))
     with pytest.raises(DataError, match="leaked_ids"):
         load_exposure(tmp_path)
+
+
+# ------------------------------------------------------------------------------- shipped base model
+
+
+@pytest.mark.slow
+def test_shipped_base_model_gets_contaminated(tmp_path):
+    """The default recipe on the shipped base model, reduced to 30 leaked items: C gains, U does not,
+    and the answer-bearing format opens a zero-CoT p_all gap on C against its perturbed copy (~2-3 min)."""
+    import math
+    import statistics
+
+    from zcp.backends.base import ScoreRequest
+    from zcp.backends.hf import HFBackend
+    from zcp.data.wordproblems import perturb_word_problem
+    from zcp.io import read_jsonl
+    from zcp.modeling import base_model_path
+    from zcp.probe import ProbeConfig, zero_cot_prompt
+    from zcp.training.contaminate import contaminate
+    from zcp.training.sft import load_model, load_tokenizer
+
+    if not (base_model_path() / "model.safetensors").is_file():
+        pytest.skip("shipped base model not present")
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import zcp.config  # noqa: F401
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        cfg = compose(config_name="contaminate", overrides=[
+            "benchmark.n=60", f"output_dir={tmp_path / 'run'}", "logger=none", "exposure.grpo_steps=5"])
+    r = contaminate(OmegaConf.to_container(cfg, resolve=True))
+    rows = {row["split"]: row for row in r.table6["rows"]}
+    gain_c = rows["C_leaked"]["final"] - rows["C_leaked"]["base"]
+    gain_u = rows["U"]["final"] - rows["U"]["base"]
+    assert gain_c >= 0.1 and gain_c - gain_u >= 0.1, r.table6
+
+    items = {d["id"]: Item.from_dict(d) for d in read_jsonl(r.run_dir / "benchmark_items.jsonl")}
+    leaked = [items[i] for i in r.leaked_ids]
+    refs = []
+    for it in leaked:
+        try:
+            refs.append((it, perturb_word_problem(it, seed=0)))
+        except ValueError:  # an item whose values admit no perturbation
+            continue
+    probe = ProbeConfig()
+
+    def p_all(path: Path) -> tuple[float, float]:
+        be = HFBackend(load_model(path, dtype="float32"), load_tokenizer(path))
+        reqs = [ScoreRequest(zero_cot_prompt(x.question, probe), x.answer) for pair in refs for x in pair]
+        ps = [math.exp(sum(s.token_logprobs) / s.n_tokens) for s in be.score(reqs)]
+        return statistics.mean(ps[0::2]), statistics.mean(ps[1::2])
+
+    base_c, base_ref = p_all(base_model_path())
+    fin_c, fin_ref = p_all(r.model_dir)
+    assert (fin_c - fin_ref) - (base_c - base_ref) >= 0.05, (base_c, base_ref, fin_c, fin_ref)
