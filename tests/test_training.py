@@ -479,3 +479,14 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
     base_c, base_ref = p_all(base_model_path())
     fin_c, fin_ref = p_all(r.model_dir)
     assert (fin_c - fin_ref) - (base_c - base_ref) >= 0.05, (base_c, base_ref, fin_c, fin_ref)
+
+
+def test_detection_settings_do_not_change_the_training_run_dir():
+    from zcp.training.contaminate import _run_dir
+
+    cfg = {"name": "x", "seed": 0, "exposure": {"k": 2}}
+    same = _run_dir({**cfg, "detect": {"m": 5}, "probe": {"metrics": ["p_all"]}, "logger": {"mode": "offline"},
+                     "stages": ["contaminate", "detect"]})
+    assert same == _run_dir(cfg) and same.parent == Path("outputs") / "contaminate"
+    assert _run_dir({**cfg, "exposure": {"k": 3}}) != same
+    assert _run_dir({**cfg, "output_dir": "/tmp/here"}) == Path("/tmp/here")

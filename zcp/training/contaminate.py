@@ -36,8 +36,9 @@ from zcp.training.sft import adapter_done, load_model, load_tokenizer
 log = logging.getLogger(__name__)
 
 EXPOSURE_SCHEMA = 1
-# Config sections that do not change what is trained or measured: free to differ on resume.
-_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages")
+# Config sections that do not change what is trained or measured here (detection settings included):
+# free to differ on resume, and left out of the default run-dir hash.
+_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe")
 
 
 @dataclass
