@@ -17,6 +17,8 @@ class Tracker:
     def __init__(self, cfg: Mapping[str, Any] | None, *, run_config: Mapping[str, Any] | None = None,
                  run_dir: str | None = None, job_type: str = "run", name: str | None = None) -> None:
         cfg = dict(cfg or {})
+        if os.environ.get("WANDB_MODE") == "":  # an empty value makes wandb itself fail
+            os.environ.pop("WANDB_MODE")
         mode = os.environ.get("WANDB_MODE") or cfg.get("mode", "offline")
         self.enabled = bool(cfg.get("enabled", True)) and mode != "disabled"
         self.run = None
