@@ -24,7 +24,7 @@ from zcp.data.wordproblems import (
 )
 
 POOL = generate_word_problems(240, seed=7)
-STEP_RE = re.compile(r"^.+: (\d+) ([-+*/]) (\d+) = (\d+)\.$")
+STEP_RE = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y, "/": lambda x, y: x / y}
 
 
@@ -80,7 +80,7 @@ def test_families_have_enough_distinct_templates() -> None:
         assert {fam.steps[0][0]} <= {"+", "-", "*", "/"}
     assert {len(f.steps) for f in FAMILIES.values()} >= {1, 2, 3}
     # every template of every family is used somewhere in a moderate pool
-    pool = generate_word_problems(600, seed=3)
+    pool = generate_word_problems(300, seed=3)
     used = {(it.metadata["family"], it.metadata["template"]) for it in pool}
     assert used == {(f.name, t) for f in FAMILIES.values() for t in range(len(f.questions))}
 
@@ -95,11 +95,12 @@ def test_determinism_prefix_and_id_prefix() -> None:
 
 
 def test_exclude_is_respected() -> None:
-    reserved = {signature(it) for it in generate_word_problems(120, seed=1, families=["add", "multiply"])}
-    corpus = generate_word_problems(240, seed=2, families=["add", "multiply"], exclude=reserved)
+    fams = ["add", "subtract"]
+    reserved = {signature(it) for it in generate_word_problems(120, seed=1, families=fams)}
+    corpus = generate_word_problems(240, seed=2, families=fams, exclude=reserved)
     assert not {signature(it) for it in corpus} & reserved
-    # without exclude the same seed does collide with the reserved pool (multiply's space is small)
-    plain = generate_word_problems(240, seed=2, families=["add", "multiply"])
+    # without exclude the same seed does collide with the reserved pool (the value spaces are small)
+    plain = generate_word_problems(240, seed=2, families=fams)
     assert {signature(it) for it in plain} & reserved
 
 
