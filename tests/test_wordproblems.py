@@ -96,11 +96,11 @@ def test_determinism_prefix_and_id_prefix() -> None:
 
 def test_exclude_is_respected() -> None:
     fams = ["add", "subtract"]
-    reserved = {signature(it) for it in generate_word_problems(120, seed=1, families=fams)}
-    corpus = generate_word_problems(240, seed=2, families=fams, exclude=reserved)
+    reserved = {signature(it) for it in generate_word_problems(40, seed=1, families=fams)}
+    corpus = generate_word_problems(80, seed=2, families=fams, exclude=reserved)
     assert not {signature(it) for it in corpus} & reserved
     # without exclude the same seed does collide with the reserved pool (the value spaces are small)
-    plain = generate_word_problems(240, seed=2, families=fams)
+    plain = generate_word_problems(80, seed=2, families=fams)
     assert {signature(it) for it in plain} & reserved
 
 
