@@ -48,8 +48,16 @@ def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[
             r.id = f"{it.id}::ref{j}"
             r.metadata = {**r.metadata, "original_id": it.id, "draw": j}
             draws.append(r)
-        if len(draws) < n_draws:
-            raise RuntimeError(f"item {it.id}: only {len(draws)} distinct perturbations of {n_draws}")
+        if not draws:
+            raise RuntimeError(f"item {it.id}: no valid perturbation found")
+        n_distinct = len(draws)
+        while len(draws) < n_draws:  # a small value space: reuse draws (counted in `distinct_draws`)
+            src = draws[len(draws) % n_distinct]
+            j = len(draws)
+            draws.append(Item(f"{it.id}::ref{j}", src.question, src.answer, src.solution,
+                              {**src.metadata, "draw": j, "repeat_of": src.id}))
+        for r in draws:
+            r.metadata["distinct_draws"] = n_distinct
         out[it.id] = draws
     return out
 
@@ -181,6 +189,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
     sim = {
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
+        "items_with_repeated_reference_draws": sorted(
+            k for k, v in refs.items() if v and v[0].metadata.get("distinct_draws", len(v)) < len(v)),
         "seeds_vary": "reference draws (m per seed, disjoint) and bootstrap resampling; training uses `seed` once",
         "models": models, "table6": result.table6,
         "results": {name: s["results"] for name, s in summaries.items()},
