@@ -1,25 +1,26 @@
 """Contamination simulation: C/U split → paraphrase C → LoRA SFT → GRPO → merged model + exposure record.
 
     python train/run_contaminate.py [exposure.k=6] [exposure.answer_only_fraction=0.5] [exposure.grpo_steps=20]
-    python train/run_contaminate.py experiment=exposure_sweep          # Hydra multirun over the knobs
+    python train/run_contaminate.py experiment=exposure_sweep          # Hydra multirun, with detection
     accelerate launch --config_file launch/accelerate/ddp.yaml train/run_contaminate.py train=gpu_7b \
         model=qwen2.5-math-7b-instruct output_dir=outputs/contaminate/qwen-omni
 
 Writes manifest.json, sft_adapter/, grpo_adapter/, model/ (merged), exposure.json and table6.md to
-outputs/contaminate/<name>__<config hash>/ (rerunning the same command resumes it); logs to W&B
-(offline by default; logger=none to skip).
+outputs/contaminate/<name>__<config hash>/ (rerunning the same command resumes it); with
+`stages=[contaminate,detect]` also runs ZCP on C and U (zcp.simulate). Logs to W&B (offline by
+default; logger=none to skip).
 """
 
 import hydra
 from omegaconf import DictConfig
 
 import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
-from zcp.training.contaminate import contaminate
+from zcp.simulate import run_simulation
 
 
 @hydra.main(config_path="../conf", config_name="contaminate", version_base=None)
 def main(cfg: DictConfig) -> None:
-    contaminate(cfg)
+    run_simulation(cfg)
 
 
 if __name__ == "__main__":
