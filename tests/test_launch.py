@@ -79,7 +79,9 @@ def test_exposure_sweep_composes_and_sweeps_real_knobs():
             assert part in node, f"sweep key {key} is not in the config"
             node = node[part]
         assert len(str(values).split(",")) >= 2
-    assert list(cfg.stages) == ["contaminate"]  # the lead appends `detect`
+    assert list(cfg.stages) == ["contaminate", "detect"]
+    assert cfg.hydra.callbacks.exposure_report._target_ == "zcp.exposure.ExposureReportCallback"
+    assert "p_all" in cfg.probe.metrics and cfg.detect.m >= 3
 
 
 def test_slurm_launcher_composes():
