@@ -79,6 +79,10 @@ def test_families_have_enough_distinct_templates() -> None:
         assert not set(fam.questions) & set(fam.rewordings)
         assert {fam.steps[0][0]} <= {"+", "-", "*", "/"}
     assert {len(f.steps) for f in FAMILIES.values()} >= {1, 2, 3}
+    for fam in FAMILIES.values():  # every template mentions each input once, in program order
+        names = [n for n, _ in fam.inputs]
+        for t in fam.questions + fam.rewordings:
+            assert [x for x in re.findall(r"\{(\w+)\}", t) if x in names] == names, t
     # every template of every family is used somewhere in a moderate pool
     pool = generate_word_problems(300, seed=3)
     used = {(it.metadata["family"], it.metadata["template"]) for it in pool}

@@ -4,7 +4,8 @@ Every item carries its program as data (`metadata["program"]`: steps ``{"op", "a
 the named inputs in `metadata["values"]`), so the answer is the program's execution, a reference item
 is the same program on new numbers (re-executed, not re-derived by a model), and a paraphrase is the
 same program and numbers under another surface template. Families fix the program shape; templates
-only change the wording. All arithmetic is exact (integers and `fractions.Fraction`): every
+only change the wording. Every template mentions the inputs in program order (a, b, c, d), so reading a problem is
+the same skill in every family and wording. All arithmetic is exact (integers and `fractions.Fraction`): every
 intermediate result must be a whole number in ``[1, max_answer]`` (no negative or zero counts, exact
 divisions).
 
@@ -94,7 +95,7 @@ FAMILIES: dict[str, Family] = {
             rewordings=(
                 "{name} starts with {a} {obj} and then receives {b} more from {name2}. What is the total number of {obj} {name} has?",
                 "{name} had {a} {obj} before getting {b} {obj} from {name2}. How many {obj} does {name} have after that?",
-                "{name2} hands {b} {obj} to {name}, who already owned {a} {obj}. Find how many {obj} {name} owns now.",
+                "{name}, who already owned {a} {obj}, is handed {b} {obj} by {name2}. Find how many {obj} {name} owns now.",
                 "{name} owned {a} {obj}. Then {name} got another {b} {obj}. Count the {obj} {name} has altogether.",
                 "A bag holds {a} {obj}, and {name} adds {b} {obj} to it. How many {obj} does the bag hold now?",
                 "If {name} has {a} {obj} and finds {b} more, how many {obj} does {name} have in total?",
@@ -112,7 +113,7 @@ FAMILIES: dict[str, Family] = {
             rewordings=(
                 "{name} had {a} {obj}. After giving {b} {obj} to {name2}, how many {obj} does {name} keep?",
                 "Out of {a} {obj}, {name} gives away {b}. How many {obj} remain with {name}?",
-                "{name2} receives {b} {obj} from {name}, who had {a} {obj}. How many {obj} does {name} have now?",
+                "{name}, who had {a} {obj}, sends {b} {obj} to {name2}. How many {obj} does {name} have now?",
                 "A box holds {a} {obj}. {name} removes {b} {obj}. How many {obj} stay in the box?",
                 "If {name} starts with {a} {obj} and loses {b}, how many {obj} are left?",
                 "{name} owned {a} {obj} but then {b} of them were used. Find the number of {obj} {name} has left.",
@@ -130,9 +131,9 @@ FAMILIES: dict[str, Family] = {
             rewordings=(
                 "Each of the {a} {container} that {name} has contains {b} {obj}. Find the total number of {obj}.",
                 "{name} fills {a} {container}, putting {b} {obj} in every one. How many {obj} are used?",
-                "If one of the {container} holds {b} {obj}, how many {obj} are in {a} {container}?",
+                "If there are {a} {container} and one of them holds {b} {obj}, how many {obj} are there?",
                 "{name} owns {a} {container}, and {b} {obj} fit in each. How many {obj} is that altogether?",
-                "{name} packs {b} {obj} into each of {a} {container}. What is the total number of {obj}?",
+                "{name} takes {a} {container} and packs {b} {obj} into each. What is the total number of {obj}?",
                 "How many {obj} does {name} have with {a} {container} of {b} {obj} each?",
             ),
         ),
@@ -149,9 +150,9 @@ FAMILIES: dict[str, Family] = {
                 "If {a} {obj} are divided evenly among {b} children, how many {obj} does each child receive?",
                 "{name} puts {a} {obj} into {b} {container} with the same number in each. How many {obj} go in each?",
                 "There are {a} {obj} to share equally between {b} people. How many {obj} does each person get?",
-                "{name} and friends, {b} people in all, share {a} {obj} equally. How many {obj} does each one get?",
+                "{name} and friends share {a} {obj} equally, {b} people in all. How many {obj} does each one get?",
                 "{name} divides {a} {obj} equally among {b} {container}. Find how many {obj} each of them holds.",
-                "Each of {b} students gets an equal share of the {a} {obj} that {name} has. How many {obj} does each student get?",
+                "The {a} {obj} that {name} has are shared equally by {b} students. How many {obj} does each student get?",
             ),
         ),
         Family(
@@ -164,12 +165,12 @@ FAMILIES: dict[str, Family] = {
             questions=(
                 "{name} buys {a} {container} with {b} {obj} in each and also gets {c} loose {obj}. How many {obj} does {name} have?",
                 "There are {a} {container} of {b} {obj} and {c} more {obj} on a shelf. How many {obj} are there in total?",
-                "{name} has {c} {obj}. Then {name} buys {a} {container} with {b} {obj} each. How many {obj} does {name} have now?",
+                "{name} buys {a} {container} with {b} {obj} each. {name} already had {c} {obj}. How many {obj} does {name} have now?",
             ),
             rewordings=(
                 "{name} gets {a} {container}, each with {b} {obj}, plus {c} extra {obj}. What is the total number of {obj}?",
                 "If each of {a} {container} holds {b} {obj} and {name2} adds {c} more {obj}, how many {obj} are there?",
-                "{name} already owned {c} {obj} before buying {a} {container} of {b} {obj} each. How many {obj} does {name} own now?",
+                "After buying {a} {container} of {b} {obj} each, {name} also keeps {c} old {obj}. How many {obj} does {name} own now?",
                 "Count all the {obj}: {a} {container} hold {b} {obj} each, and {c} {obj} lie outside them.",
                 "{name2} gives {name} {a} {container} with {b} {obj} inside each, and {name} also finds {c} {obj}. How many {obj} does {name} have?",
                 "How many {obj} are there altogether if {name} has {a} {container} of {b} {obj} and {c} single {obj}?",
@@ -186,13 +187,13 @@ FAMILIES: dict[str, Family] = {
             questions=(
                 "{name} buys {a} {container} with {b} {obj} in each, finds {c} more {obj}, and then gives {d} {obj} to {name2}. How many {obj} does {name} have now?",
                 "A shop has {a} {container} of {b} {obj} and {c} loose {obj}. It sells {d} {obj}. How many {obj} are left?",
-                "{name} packs {b} {obj} into each of {a} {container} and keeps {c} more {obj} aside. Later {d} {obj} are lost. How many {obj} remain?",
+                "{name} fills {a} {container} with {b} {obj} each and keeps {c} more {obj} aside. Later {d} {obj} are lost. How many {obj} remain?",
             ),
             rewordings=(
                 "{name} has {a} {container} holding {b} {obj} each plus {c} extra {obj}, and gives away {d}. How many {obj} are left?",
                 "After receiving {a} {container} of {b} {obj} and {c} single {obj}, {name} hands {d} {obj} to {name2}. How many {obj} does {name} keep?",
                 "There are {a} {container} with {b} {obj} each and {c} more {obj} next to them. If {d} {obj} are taken away, how many {obj} remain?",
-                "{name2} takes {d} {obj} from {name}, who had {a} {container} of {b} {obj} and {c} loose {obj}. How many {obj} does {name} have now?",
+                "{name}, who had {a} {container} of {b} {obj} and {c} loose {obj}, lets {name2} take {d} {obj}. How many {obj} does {name} have now?",
                 "Count what is left: {a} {container} contain {b} {obj} each, {c} {obj} are added, and {d} {obj} are removed.",
                 "If {name} owns {a} {container} of {b} {obj}, adds {c} {obj}, and then loses {d} {obj}, how many {obj} does {name} own?",
             ),
