@@ -27,9 +27,9 @@ def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
         sim, exp = json.loads(sim_path.read_text()), json.loads(exp_path.read_text())
         row: dict[str, Any] = {"run": run.name, **exp["knobs"]}
         for split_row in (sim.get("table6") or {}).get("rows", []):
-            for stage in ("before", "final"):
-                if stage in split_row:
-                    row[f"cot_acc/{split_row['split']}/{stage}"] = split_row[stage]
+            for stage, key in (("before", "base"), ("final", "final")):
+                if key in split_row:
+                    row[f"cot_acc/{split_row['split']}/{stage}"] = split_row[key]
         for model, results in sim["results"].items():
             for r in results:
                 if r["variant"] == "original":
@@ -76,6 +76,9 @@ def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] 
                     ax.plot(xs, ys, ls, marker="o", color=colours[fmt], label=f"{fmt} — {split}")
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
+        levels = sorted({exposure_level(r) for r in rows})
+        ax.set_xticks(levels, [f"{x:g}" for x in levels])
+        ax.minorticks_off()
         ax.set_ylim(0.45, 1.02)
         ax.set_xlabel("exposure (paraphrase variants x SFT epochs)")
         ax.set_title(f"C_cont({METRIC_LABEL.get(metric, metric)})")
@@ -97,7 +100,7 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
     for r in sorted(rows, key=lambda r: (format_label(r), exposure_level(r))):
         def acc(split: str, r: dict[str, Any] = r) -> str:
             b, a = r.get(f"cot_acc/{split}/before"), r.get(f"cot_acc/{split}/final")
-            return f"{b:.1f}→{a:.1f}" if b is not None and a is not None else "–"
+            return f"{b:.2f}→{a:.2f}" if b is not None and a is not None else "–"
 
         cells = [format_label(r), str(r["k"]), f"{r['sft_epochs']:g}", str(r["grpo_steps"]), acc("C_leaked"), acc("U")]
         cells += [f"{r.get(f'FT/C/{m}/c_cont', float('nan')):.3f} / {r.get(f'FT/U/{m}/c_cont', float('nan')):.3f}"
