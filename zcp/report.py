@@ -102,7 +102,7 @@ def plot_c_cont(summary: dict[str, Any], path: str | Path, title: str = "Contami
     ax.set_ylim(0.45, 1.02)
     ax.set_ylabel("C_cont")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=max(1, min(4, len(groups))))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
