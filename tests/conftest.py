@@ -9,6 +9,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import torch
+
+# The tests' models are tiny: one thread is as fast as two and does not thrash when the CPU is shared.
+torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ZCP_SHARED_DATA", REPO.parent / "shared" / "data"))
 
