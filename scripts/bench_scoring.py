@@ -38,7 +38,8 @@ def _backend(model_dir: str | None) -> HFBackend:
 
     path = model_dir or asset_path("base_model")
     if Path(path).exists():
-        return HFBackend.from_pretrained(path, device="cpu")
+        # batch settings of conf/model/tiny.yaml
+        return HFBackend.from_pretrained(path, device="cpu", max_batch_size=256, max_batch_tokens=16384)
     from zcp.testing import tiny_llama, train_tokenizer
 
     tok = train_tokenizer([q + " " + a for q, a in _items(300, 1)], vocab_size=512)
