@@ -1,0 +1,132 @@
+"""The shipped tiny base model: files, offline loading, tokenizer, chat template, held-out accuracy."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from zcp.data.wordproblems import FINAL_ANSWER_PREFIX, signature, signatures
+from zcp.modeling import (
+    BENCHMARK_SEED,
+    RESERVED_BENCHMARK_ITEMS,
+    base_model_path,
+    benchmark_pool,
+    build_corpus,
+    encode_conversation,
+    load_base_model,
+    pretrain_base_model,
+    train_tokenizer,
+)
+
+PATH = base_model_path()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_base_model()
+
+
+def test_shipped_files_exist_and_are_small() -> None:
+    names = {p.name for p in PATH.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json", "RECIPE.md", "recipe.json"} <= names
+    assert not any(n.endswith((".bin", ".pt", ".pth")) for n in names)  # safetensors only
+    cfg = json.loads((PATH / "tokenizer_config.json").read_text())
+    template = cfg.get("chat_template") or (PATH / "chat_template.jinja").read_text()
+    assert "<|assistant|>" in template
+    assert sum(p.stat().st_size for p in PATH.rglob("*") if p.is_file()) <= 10 * 2**20
+
+
+def test_loads_offline_and_recipe_matches(shipped) -> None:
+    model, tok = shipped
+    recipe = json.loads((PATH / "recipe.json").read_text())
+    n = sum(p.numel() for p in model.parameters())
+    assert n == recipe["parameters"] and 500_000 <= n <= 3_000_000
+    assert recipe["config"]["reserve_seed"] == BENCHMARK_SEED
+    assert recipe["config"]["reserve_n"] == RESERVED_BENCHMARK_ITEMS
+    # the accuracy the recipe states (the project's 0.85 target is not reached yet: see RECIPE.md / README)
+    assert 0.3 <= recipe["heldout"]["cot_accuracy"] <= 1.0
+    assert model.config.model_type == "llama" and len(tok) == model.config.vocab_size
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|bos|>", "<|eos|>", "<|pad|>")
+
+
+def test_tokenizer_splits_digits(shipped) -> None:
+    _, tok = shipped
+    text = "Tom has 1234 apples and 50 pears: 1234 + 50 = 1284."
+    digit_toks = [t for t in tok.tokenize(text) if any(c.isdigit() for c in t)]
+    assert all(sum(c.isdigit() for c in t) == 1 for t in digit_toks)
+    assert [t.lstrip("Ġ") for t in digit_toks] == re.findall(r"\d", text)
+    ids = tok("12 + 7 = 19.")["input_ids"]
+    assert ids[0] == tok.bos_token_id  # plain text gets BOS from the post-processor
+    assert tok.decode(ids, skip_special_tokens=True) == "12 + 7 = 19."
+
+
+def test_chat_template_renders(shipped) -> None:
+    _, tok = shipped
+    q = "Tom has 3 apples. How many?"
+    gen = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+    assert gen == f"<|bos|><|user|>{q}\n<|assistant|>"
+    full = tok.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": "3."}],
+                                   tokenize=False)
+    assert full.startswith(gen) and full.rstrip("\n").endswith("3.<|eos|>")
+    ids, labels = encode_conversation(tok, q, "3.")
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+    n_answer = len(tok("3.", add_special_tokens=False)["input_ids"]) + 1  # + EOS
+    assert labels[-1] == tok.eos_token_id and labels[-n_answer:] == ids[-n_answer:]
+    assert labels[:-n_answer] == [-100] * (len(ids) - n_answer)
+    # the zero-CoT prefix tokenises with the answer digits as their own tokens
+    pre = tok(gen + FINAL_ANSWER_PREFIX + "42", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(pre[-2:]) == ["4", "2"]
+
+
+def test_heldout_items_are_reserved_and_excluded_from_corpus() -> None:
+    held = benchmark_pool(40)
+    corpus = build_corpus(3000, seed=0, exclude=signatures(benchmark_pool(RESERVED_BENCHMARK_ITEMS)))
+    assert not {signature(it) for it in corpus} & {signature(it) for it in held}
+    assert all(it.solution and "\\boxed{" in it.solution for it in corpus)  # CoT only
+    assert all(it.solution.split("\n")[0] != it.solution.split("\n")[-1] for it in corpus)
+    with pytest.raises(ValueError):
+        benchmark_pool(RESERVED_BENCHMARK_ITEMS + 1)
+
+
+def test_full_cot_accuracy_on_heldout(shipped) -> None:
+    from zcp.answers import answers_equal, extract_boxed
+
+    model, tok = shipped
+    items = benchmark_pool(100)
+    try:
+        from zcp.backends.base import GenerationRequest, Prompt
+        from zcp.backends.hf import HFBackend
+
+        backend = HFBackend(model, tok)
+        outs = backend.generate([GenerationRequest(Prompt(user=it.question), max_new_tokens=80) for it in items])
+    except ImportError:  # pragma: no cover - before the HF backend lands
+        from zcp.modeling import generate_cot
+
+        outs = generate_cot(model, tok, [it.question for it in items], max_new_tokens=80)
+    correct = [answers_equal(extract_boxed(o), it.answer) for o, it in zip(outs, items, strict=True)]
+    stated = json.loads((PATH / "recipe.json").read_text())["heldout"]["cot_accuracy"]
+    # the stated figure is over 300 reserved items; 100 of them agree within ~2.5 binomial sd
+    assert sum(correct) / len(items) >= stated - 0.12, [o for o, c in zip(outs, correct, strict=True) if not c][:5]
+
+
+def test_pretraining_pipeline_runs_end_to_end(tmp_path) -> None:
+    recipe = pretrain_base_model(dict(
+        out_dir=str(tmp_path / "m"), n_train=600, rewording_fraction=0.7, drill_fraction=0.2, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
+        intermediate_size=64, batch_size=16, max_steps=30, lr=1e-2, warmup_steps=5, compile=False, bf16=False,
+        n_eval=4, eval_batch_size=4, max_new_tokens=8, reserve_n=60,
+    ))
+    assert recipe["steps_done"] == 30 and recipe["corpus_items"] == 600
+    assert recipe["final_loss_mean_last50"] < recipe["first_loss"]  # it learns something
+    model, tok = load_base_model(tmp_path / "m")
+    assert sum(p.numel() for p in model.parameters()) == recipe["parameters"]
+    assert tok.chat_template and (tmp_path / "m" / "RECIPE.md").exists()
+    assert json.loads((tmp_path / "m" / "recipe.json").read_text())["heldout"]["n"] == 4
+
+
+def test_tokenizer_training_is_deterministic() -> None:
+    texts = [it.question + "\n" + it.solution for it in benchmark_pool(60)]
+    a, b = train_tokenizer(texts, 400), train_tokenizer(texts, 400)
+    assert a.get_vocab() == b.get_vocab()
