@@ -116,7 +116,7 @@ def test_pretraining_pipeline_runs_end_to_end(tmp_path) -> None:
     recipe = pretrain_base_model(dict(
         out_dir=str(tmp_path / "m"), n_train=600, rewording_fraction=0.7, drill_fraction=0.2, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
         intermediate_size=64, batch_size=16, max_steps=30, lr=1e-2, warmup_steps=5, compile=False, bf16=False,
-        n_eval=4, eval_batch_size=4, max_new_tokens=8, reserve_n=60,
+        n_eval=4, eval_batch_size=4, max_new_tokens=8, reserve_n=60, bucket_widths=[64, 128, 192],
     ))
     assert recipe["steps_done"] == 30 and recipe["corpus_items"] == 600
     assert recipe["final_loss_mean_last50"] < recipe["first_loss"]  # it learns something
