@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zcp.training.rewards import correctness_reward, format_reward
-from zcp.training.sft import last_checkpoint, lora_config, save_adapter_atomic, trainer_args
+from zcp.training.sft import lora_config, train_and_save, trainer_args
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,4 @@ def run_grpo(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, outpu
         tokenizer.pad_token = tokenizer.eos_token
     trainer = GRPOTrainer(model=model, reward_funcs=list(REWARD_FUNCS), args=args, train_dataset=ds,
                           processing_class=tokenizer, peft_config=lora_config(**lora), callbacks=callbacks)
-    ckpt = last_checkpoint(output_dir)
-    if ckpt:
-        log.info("GRPO: resuming from %s", ckpt)
-    trainer.train(resume_from_checkpoint=ckpt)
-    if trainer.accelerator.is_main_process:
-        save_adapter_atomic(trainer.model, adapter_dir)
-    trainer.accelerator.wait_for_everyone()
-    return trainer.model
+    return train_and_save(trainer, output_dir, adapter_dir, "GRPO")

@@ -130,9 +130,15 @@ def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output
                         completion_only_loss=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
                          peft_config=lora_config(**lora), callbacks=callbacks)
+    return train_and_save(trainer, output_dir, adapter_dir, "SFT")
+
+
+def train_and_save(trainer: Any, output_dir: Any, adapter_dir: Any, stage: str) -> Any:
+    """Train (resuming from the newest checkpoint in output_dir), save the adapter atomically on the main
+    process, and wait for every process; returns the trained model. Shared by the SFT and GRPO stages."""
     ckpt = last_checkpoint(output_dir)
     if ckpt:
-        log.info("SFT: resuming from %s", ckpt)
+        log.info("%s: resuming from %s", stage, ckpt)
     trainer.train(resume_from_checkpoint=ckpt)
     if trainer.accelerator.is_main_process:
         save_adapter_atomic(trainer.model, adapter_dir)
