@@ -185,32 +185,32 @@ class PretrainConfig:
     seed: int = 0
     out_dir: str = "zcp/assets/base_model"
     # data
-    n_train: int = 60_000
-    rewording_fraction: float = 0.5
-    drill_fraction: float = 0.5
+    n_train: int = 150_000
+    rewording_fraction: float = 0.3
+    drill_fraction: float = 0.4
     families: list[str] | None = None
     reserve_seed: int = BENCHMARK_SEED
     reserve_n: int = RESERVED_BENCHMARK_ITEMS
     limits: dict[str, int] = field(default_factory=lambda: asdict(NumberRanges()))
     # tokenizer / model
     vocab_size: int = 768
-    hidden_size: int = 128
-    num_layers: int = 4
+    hidden_size: int = 96
+    num_layers: int = 8
     num_heads: int = 4
-    intermediate_size: int = 384
+    intermediate_size: int = 288
     max_position_embeddings: int = 256
     # optimisation
-    batch_size: int = 64
-    lr: float = 3e-3
+    batch_size: int = 32
+    lr: float = 4e-3
     min_lr_ratio: float = 0.05
     warmup_steps: int = 100
     weight_decay: float = 0.01
-    max_steps: int = 1200
-    max_minutes: float = 11.0
-    threads: int = 2
+    max_steps: int = 3300
+    max_minutes: float = 40.0
+    threads: int = 1
     bf16: bool = True
     compile: bool = True
-    bucket_widths: list[int] = field(default_factory=lambda: [64, 88, 120])
+    bucket_widths: list[int] = field(default_factory=lambda: [44, 60, 76, 100])
     # evaluation on the reserved (never seen) benchmark pool
     n_eval: int = 300
     eval_batch_size: int = 100
@@ -234,13 +234,15 @@ class _BucketBatcher:
 
     def __init__(self, encoded: Sequence[tuple[list[int], list[int]]], widths: Sequence[int], batch_size: int,
                  pad_id: int, seed: int) -> None:
-        self.encoded, self.widths, self.bs, self.pad = encoded, sorted(widths), batch_size, pad_id
+        longest = max(len(ids) for ids, _ in encoded)
+        widths = sorted(widths)
+        if longest > widths[-1]:  # one more bucket for the longest examples (a smaller vocabulary, say)
+            widths.append(-(-longest // 8) * 8)
+        self.encoded, self.widths, self.bs, self.pad = encoded, widths, batch_size, pad_id
         self.rng = random.Random(seed)
         self.buckets: dict[int, list[int]] = {}
         for i, (ids, _) in enumerate(encoded):
-            w = next((w for w in self.widths if len(ids) <= w), None)
-            if w is None:
-                raise RuntimeError(f"example {i} has {len(ids)} tokens > largest bucket {self.widths[-1]}")
+            w = next(w for w in self.widths if len(ids) <= w)
             self.buckets.setdefault(w, []).append(i)
         self.queue: list[tuple[int, list[int]]] = []
 
@@ -412,7 +414,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
     recipe = {
         "config": asdict(cfg),
         "parameters": n_params,
