@@ -46,8 +46,8 @@ def test_loads_offline_and_recipe_matches(shipped) -> None:
     assert n == recipe["parameters"] and 500_000 <= n <= 3_000_000
     assert recipe["config"]["reserve_seed"] == BENCHMARK_SEED
     assert recipe["config"]["reserve_n"] == RESERVED_BENCHMARK_ITEMS
-    # the accuracy the recipe states (the project's 0.85 target is not reached yet: see RECIPE.md / README)
-    assert 0.3 <= recipe["heldout"]["cot_accuracy"] <= 1.0
+    # the project's target: full-CoT greedy accuracy >= 0.85 on the 300 reserved (held-out) items
+    assert 0.85 <= recipe["heldout"]["cot_accuracy"] <= 1.0
     assert model.config.model_type == "llama" and len(tok) == model.config.vocab_size
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|bos|>", "<|eos|>", "<|pad|>")
 
@@ -108,8 +108,8 @@ def test_full_cot_accuracy_on_heldout(shipped) -> None:
         outs = generate_cot(model, tok, [it.question for it in items], max_new_tokens=80)
     correct = [answers_equal(extract_boxed(o), it.answer) for o, it in zip(outs, items, strict=True)]
     stated = json.loads((PATH / "recipe.json").read_text())["heldout"]["cot_accuracy"]
-    # the stated figure is over 300 reserved items; 100 of them agree within ~2.5 binomial sd
-    assert sum(correct) / len(items) >= stated - 0.12, [o for o, c in zip(outs, correct, strict=True) if not c][:5]
+    # the stated figure is over 300 reserved items; 100 of them agree within ~3 binomial sd (sd ~0.025)
+    assert sum(correct) / len(items) >= stated - 0.08, [o for o, c in zip(outs, correct, strict=True) if not c][:5]
 
 
 def test_pretraining_pipeline_runs_end_to_end(tmp_path) -> None:

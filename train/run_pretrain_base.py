@@ -1,4 +1,4 @@
-"""Pretrain the embedded tiny base model from scratch on generated word problems (CPU, ~10 minutes).
+"""Pretrain the embedded tiny base model from scratch on generated word problems (CPU, ~17 minutes, one thread).
 
     python train/run_pretrain_base.py                                  # rewrites zcp/assets/base_model/
     python train/run_pretrain_base.py seed=1 out_dir=/tmp/base max_steps=300 logger=none
