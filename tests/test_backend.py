@@ -106,3 +106,18 @@ def test_from_pretrained_roundtrip(tmp_path, tiny_model, tiny_tok):
     ref = HFBackend(tiny_model, tiny_tok).score([r])[0]
     assert b.score([r])[0].token_logprobs == pytest.approx(ref.token_logprobs, abs=1e-5)
     assert math.isfinite(sum(ref.token_logprobs))
+
+
+def test_model_rewritten_in_place_gets_a_new_fingerprint(tmp_path, tiny_model, tiny_tok):
+    """Results are keyed by what the weights are, not where they live (a retrained model, same folder)."""
+    from zcp.io import model_fingerprint
+
+    tiny_model.save_pretrained(tmp_path / "m")
+    tiny_tok.save_pretrained(tmp_path / "m")
+    first = HFBackend.from_pretrained(tmp_path / "m", device="cpu").fingerprint
+    assert first == HFBackend.from_pretrained(tmp_path / "m", device="cpu").fingerprint  # stable
+    assert model_fingerprint(tmp_path / "m") is not None and model_fingerprint("org/hub-model") is None
+    with torch.no_grad():
+        tiny_model.model.norm.weight.add_(0.5)  # the final norm is saved last: a change in the file's tail
+    tiny_model.save_pretrained(tmp_path / "m")
+    assert HFBackend.from_pretrained(tmp_path / "m", device="cpu").fingerprint != first

@@ -154,3 +154,16 @@ def test_missing_reference_error_or_skip(tmp_path):
     out, skipped = load_datasets(OmegaConf.create({**cfg, "missing_reference": "skip"}))
     assert [it.id for it in out[0].originals] == ["i0", "i1", "i3"]
     assert skipped == [{"file": str(tmp_path / "ref.jsonl"), "id": "i2", "reason": "no reference row"}]
+
+
+def test_resume_refuses_records_of_other_weights(tmp_path):
+    """Same backend name, different weights (a model rewritten in place): the records are not reused."""
+    ds, mem, truth = _dataset(n=5)
+    settings = DetectSettings(bootstrap_samples=100, progress=False)
+    old = FakeBackend(mem, truth)
+    old.fingerprint = "weights-a"
+    detect(old, [ds], ProbeConfig(), tmp_path, settings)
+    new = FakeBackend(mem, truth)
+    new.fingerprint = "weights-b"
+    with pytest.raises(RuntimeError, match="records of another run"):
+        detect(new, [ds], ProbeConfig(), tmp_path, settings)

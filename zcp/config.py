@@ -35,17 +35,19 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dict(cfg)
 
 
-def run_dir(cfg: DictConfig, kind: str, *parts: str) -> Path:
-    """`cfg.output_dir` if set, else outputs/<kind>/<parts>__<hash of the resolved config>.
+def run_dir(cfg: DictConfig, kind: str, *parts: str, extra: dict[str, Any] | None = None) -> Path:
+    """`cfg.output_dir` if set, else outputs/<kind>/<parts>__<hash of the resolved config and `extra`>.
 
-    The default is a pure function of the configuration, so rerunning the same command finds the
-    same directory and resumes.
+    The default is a pure function of the configuration (and of `extra`, e.g. the model's content
+    fingerprint), so rerunning the same command finds the same directory and resumes.
     """
     if cfg.get("output_dir"):
         return Path(str(cfg.output_dir))
     d = to_dict(cfg)
     d.pop("output_dir", None)
     d.pop("logger", None)
+    if extra:
+        d["__extra__"] = extra
     h = stable_hash(json.dumps(d, sort_keys=True, default=str), 8)
     name = "__".join(p.replace("/", "_") for p in parts if p) or kind
     return Path("outputs") / kind / f"{name}__{h}"

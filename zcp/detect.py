@@ -73,7 +73,7 @@ def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
 
 
 def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: ProbeConfig) -> str:
-    h = [getattr(backend, "name", ""), repr(probe.__dict__)]
+    h = [getattr(backend, "name", ""), getattr(backend, "fingerprint", ""), repr(probe.__dict__)]
     h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
     return stable_hash("\n".join(map(str, h)), 32)
 
@@ -307,12 +307,13 @@ def probe_config(probe_cfg: Any) -> ProbeConfig:
 def run_detect(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
     from zcp.config import build_backend, model_name, run_dir, save_config, to_dict
-    from zcp.io import seed_everything
+    from zcp.io import model_fingerprint, seed_everything
     from zcp.tracking import Tracker
 
     seeds = list(cfg.seeds) if cfg.get("seeds") else [int(cfg.seed)]
     seed_everything(int(seeds[0]))
-    out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model))
+    weights = {"model": model_fingerprint(cfg.model.get("path")), "adapter": model_fingerprint(cfg.model.get("adapter"))}
+    out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
     save_config(cfg, out)
     datasets, skipped = load_datasets(cfg.data)
     probe = probe_config(cfg.probe)

@@ -22,6 +22,37 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+_MODEL_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".jinja")
+
+
+def model_fingerprint(path: str | os.PathLike[str] | None, sample_bytes: int = 1 << 20) -> str | None:
+    """Content fingerprint of a local model or adapter folder; None for a hub id or no path.
+
+    Run directories and result caches include it, so a model rewritten in place at the same path is never
+    mistaken for the old one. Each file contributes its name, size and first/last `sample_bytes` (not the
+    whole file: hashing a 15 GB checkpoint on every run would cost minutes).
+    """
+    if not path:
+        return None
+    root = Path(path).expanduser()
+    if not root.exists():
+        return None
+    files = [root] if root.is_file() else sorted(
+        f for f in root.rglob("*") if f.is_file() and f.suffix in _MODEL_FILES and "checkpoint-" not in str(f))
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.relative_to(root) if f != root else f.name}|{size}|".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(sample_bytes))
+            if size > 2 * sample_bytes:
+                fh.seek(size - sample_bytes)
+                h.update(fh.read(sample_bytes))
+            elif size > sample_bytes:
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
 def stable_hash(text: str, n: int = 16) -> str:
     """Short hex digest of a string; identical across processes and machines."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]

@@ -173,7 +173,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
             # The base model's detection depends only on the base model, the items, references and probe
             # settings: share it between runs (an exposure sweep probes the base model once).
             units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
-            key = stable_hash(json.dumps([path, probe.__dict__, units, seeds, settings.bootstrap_samples],
+            key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
+                                          settings.bootstrap_samples],
                                          sort_keys=True, default=str), 12)
             runs[name] = Path(result.run_dir).parent / f"base-detect__{key}"
         summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=f"ZCP on the {name} model")

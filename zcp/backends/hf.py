@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest, ScoreResult
+from zcp.io import model_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,10 @@ class HFBackend:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-        return cls(model, tok, name=str(path), **kwargs)
+        backend = cls(model, tok, name=str(path), **kwargs)
+        # what the weights are, not where they live: results of a model rewritten in place are never reused
+        backend.fingerprint = f"{model_fingerprint(path) or path}+{model_fingerprint(adapter) or adapter}"
+        return backend
 
     # ------------------------------------------------------------------ prompts
     def render(self, prompt: Prompt) -> str:

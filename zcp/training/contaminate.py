@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.data.schema import DataError, Item
-from zcp.io import read_jsonl, seed_everything, sha256_file, stable_hash, write_jsonl
+from zcp.io import model_fingerprint, read_jsonl, seed_everything, sha256_file, stable_hash, write_jsonl
 from zcp.training import data as tdata
 from zcp.training.rewards import score_completion
 from zcp.training.sft import adapter_done, load_model, load_tokenizer
@@ -69,11 +69,18 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dict(cfg)))
 
 
+def _config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config sections that decide a run's outputs, plus the base model's content fingerprint."""
+    fp = {k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}
+    fp["base_model_fingerprint"] = model_fingerprint(resolve_model_path((cfg.get("model") or {}).get("path")))
+    return fp
+
+
 def _run_dir(cfg: Mapping[str, Any]) -> Path:
     """`output_dir` if set, else outputs/contaminate/<name>__<hash of the config>: rerunning resumes."""
     if cfg.get("output_dir"):
         return Path(str(cfg["output_dir"]))
-    fp = {k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}
+    fp = _config_fingerprint(cfg)
     h = stable_hash(json.dumps(fp, sort_keys=True, default=str), 8)
     return Path("outputs") / "contaminate" / f"{str(cfg.get('name') or 'contaminate').replace('/', '_')}__{h}"
 
@@ -108,8 +115,8 @@ def resolve_model_path(path: str | None) -> str:
 
 
 def _fingerprint_check(run_dir: Path, cfg: dict[str, Any]) -> None:
-    """Refuse to resume a run directory whose stage outputs were made by a different config."""
-    fp = {k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}
+    """Refuse to resume a run directory whose stage outputs were made by a different config or base model."""
+    fp = _config_fingerprint(cfg)
     path = run_dir / "run_config.json"
     if path.exists():
         old = json.loads(path.read_text())
@@ -526,6 +533,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
                 "grpo_prompts": ex.get("grpo_prompts", "variants"),
             },
             "base_model": base_path,
+            "base_model_fingerprint": model_fingerprint(base_path),
             "model_dir": str(model_dir),
             "sft_adapter": str(sft_dir),
             "sft_adapter_base": base_path,
