@@ -140,3 +140,12 @@ def test_combined_verdict_type_one_error_under_dependent_null():
               for j, m in enumerate(["acc", "con", "p_first", "p_all"])}
         rej += combine(ps)["contaminated"]
     assert rej / 600 <= 0.06
+
+
+def test_printed_c_cont_never_reads_as_one():
+    from zcp.report import c_cont_text
+
+    tiny_p = c_cont(1e-9)  # an exact test on a large effect: C_cont = 1 - 2.3e-8
+    assert tiny_p < 1.0 and f"{tiny_p:.3f}" == "1.000"
+    assert c_cont_text(tiny_p, 0.0, True) == ">0.999"
+    assert c_cont_text(0.9984, 0.001, True) == "0.998 ± 0.001" and c_cont_text(0.5, 0.0, False) == "0.500"

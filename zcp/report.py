@@ -13,11 +13,16 @@ def _pm(mean: float, std: float, multi: bool, digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}" if multi else f"{mean:.{digits}f}"
 
 
+def c_cont_text(mean: float, std: float, multi: bool) -> str:
+    """C_cont as printed: C_cont < 1 always, so a mean that would round to 1.000 prints as `>0.999`."""
+    return ">0.999" if mean >= 0.9995 else _pm(mean, std, multi)
+
+
 def _c(res: dict[str, Any], multi: bool) -> str:
     if res.get("at_floor_all_seeds"):
         floor_c = min(p["c_cont"] for p in res["per_seed"])
         return f">{floor_c:.3f}"
-    return _pm(res["c_cont"], res.get("c_cont_std", 0.0), multi)
+    return c_cont_text(res["c_cont"], res.get("c_cont_std", 0.0), multi)
 
 
 def format_table(summary: dict[str, Any], title: str | None = None) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 from zcp.data.schema import Item
 from zcp.detect import DetectDataset, DetectSettings, _per_item, detect, probe_config
 from zcp.io import read_jsonl, stable_hash
-from zcp.report import METRIC_LABEL, plot_c_cont
+from zcp.report import METRIC_LABEL, c_cont_text, plot_c_cont
 from zcp.stats import paired_test
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
             for m in metrics:
                 r = by[(split, m)]
                 c = (f">{min(p['c_cont'] for p in r['per_seed']):.3f}" if r["at_floor_all_seeds"]
-                     else pm(r["c_cont"], r["c_cont_std"]))
+                     else c_cont_text(r["c_cont"], r["c_cont_std"], multi))
                 cells += [pm(r["s_ref"], r["s_ref_std"]), pm(r["s"], r["s_std"]), c]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -124,7 +124,7 @@ def _did_markdown(rows: list[dict]) -> str:
     lines = ["| Dataset | Metric | gap FT (S - S_ref) | gap base | DiD | C_cont (DiD > 0) |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['split']} | {METRIC_LABEL[r['metric']]} | {r['gap_ft']:+.3f} | {r['gap_base']:+.3f} | "
-                     f"{r['did']:+.3f} ± {r['did_std']:.3f} | {r['c_cont']:.3f} |")
+                     f"{r['did']:+.3f} ± {r['did_std']:.3f} | {c_cont_text(r['c_cont'], 0.0, False)} |")
     return "\n".join(lines) + "\n"
 
 
