@@ -517,13 +517,14 @@ class Variable:
 
     def admissible(self, new: Fraction) -> bool:
         """Whether a computed (constrained) new value keeps this variable's integrality and decimals, its
-        order of magnitude (within a factor of 10), at least 2, and percentages in (0, 100]."""
+        number of digits (the range `bounds` draws from), at least 2, and percentages in (0, 100]."""
         u = new * 10**self.decimals
         if u.denominator != 1 or u < 2:
             return False
         if self.percent and self.value <= 100 and new > 100:
             return False
-        return self.value / 10 < new < self.value * 10
+        lo, hi, _, _ = self.bounds()
+        return lo <= u <= hi  # the range a drawn value gets: same number of digits (number words: 2-20)
 
 
 def _roundness(u: int) -> int:
