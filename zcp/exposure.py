@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zcp.report import METRIC_LABEL
+from zcp.report import METRIC_LABEL, c_cont_text
 
 
 def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
@@ -59,7 +59,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] 
     import matplotlib.pyplot as plt
 
     metrics = tuple(m for m in metrics if any(f"FT/C/{m}/c_cont" in r for r in rows))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.0), squeeze=False)
     fmts = sorted({format_label(r) for r in rows})
     colours = dict(zip(fmts, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     for ax, metric in zip(axes[0], metrics, strict=True):
@@ -77,14 +77,15 @@ def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] 
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         levels = sorted({exposure_level(r) for r in rows})
-        ax.set_xticks(levels, [f"{x:g}" for x in levels])
+        ax.set_xticks(levels, [f"{x:g}" for x in levels], fontsize=8, rotation=90)  # close levels stay legible
         ax.minorticks_off()
         ax.set_ylim(0.45, 1.02)
         ax.set_xlabel("exposure (paraphrase variants x SFT epochs)")
         ax.set_title(f"C_cont({METRIC_LABEL.get(metric, metric)})")
     axes[0][0].set_ylabel("C_cont")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(4, len(labels)), frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # the legend sits below the axes, never on the data
     path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -94,7 +95,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] 
 def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_first", "acc", "con")) -> str:
     """Markdown: one row per run, sorted by format and exposure."""
     metrics = tuple(m for m in metrics if any(f"FT/C/{m}/c_cont" in r for r in rows))
-    head = ["format", "k", "epochs", "GRPO steps", "CoT acc C before→after", "CoT acc U before→after"]
+    head = ["format", "k", "epochs", "GRPO steps", "clean share", "CoT acc C before→after", "CoT acc U before→after"]
     head += [f"C_cont {METRIC_LABEL.get(m, m)} C / U" for m in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (format_label(r), exposure_level(r))):
@@ -102,8 +103,9 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
             b, a = r.get(f"cot_acc/{split}/before"), r.get(f"cot_acc/{split}/final")
             return f"{b:.2f}→{a:.2f}" if b is not None and a is not None else "–"
 
-        cells = [format_label(r), str(r["k"]), f"{r['sft_epochs']:g}", str(r["grpo_steps"]), acc("C_leaked"), acc("U")]
-        cells += [f"{r.get(f'FT/C/{m}/c_cont', float('nan')):.3f} / {r.get(f'FT/U/{m}/c_cont', float('nan')):.3f}"
+        cells = [format_label(r), str(r["k"]), f"{r['sft_epochs']:g}", str(r["grpo_steps"]),
+                 f"{r.get('clean_fraction', 0.0):g}", acc("C_leaked"), acc("U")]
+        cells += [" / ".join(c_cont_text(r.get(f"FT/{s}/{m}/c_cont", float("nan")), 0.0, False) for s in ("C", "U"))
                   for m in metrics]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
