@@ -1,7 +1,7 @@
 """Scoring throughput of the batched backend (p_first / p_all), against a one-item-per-forward loop and
 the raw batched forward on the same token batches (the ceiling).
 
-    .venv/bin/python scripts/bench_scoring.py [--n 500] [--model DIR] [--repeats 3]
+    .venv/bin/python scripts/bench_scoring.py [--n 500] [--model DIR] [--repeats 5]
 
 Targets: batched >= 3x the one-item loop, and >= 0.8x the raw forward. Default model: the shipped
 base model (zcp/assets/base_model) if present, else a tiny Llama built here.
@@ -46,8 +46,9 @@ def _backend(model_dir: str | None) -> HFBackend:
     return HFBackend(tiny_llama(tok, hidden=128, layers=4, heads=4), tok, name="random-tiny-llama")
 
 
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
+def _time(fn, repeats: int, warm: bool = True) -> float:
+    if warm:
+        fn()  # warm-up
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -60,14 +61,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--model", default=None)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     backend = _backend(args.model)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
     reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]
     n_params = sum(p.numel() for p in backend.model.parameters())
-
-    batched = _time(lambda: backend.score(reqs), args.repeats)
 
     single = HFBackend(backend.model, backend.tokenizer, max_batch_size=1)
     n_loop = min(args.n, 200)  # the slow path on a subset, reported per item
@@ -82,7 +81,14 @@ def main() -> None:
         for ids, mask in token_batches:
             backend.model(input_ids=ids, attention_mask=mask)
 
-    raw_t = _time(raw, args.repeats)
+    # Batched backend and raw forward alternate, best of `repeats` each: a noisy shared CPU then slows both
+    # alike instead of whichever happened to run during a slow spell.
+    backend.score(reqs)
+    raw()
+    batched, raw_t = float("inf"), float("inf")
+    for _ in range(args.repeats):
+        batched = min(batched, _time(lambda: backend.score(reqs), 1, warm=False))
+        raw_t = min(raw_t, _time(raw, 1, warm=False))
     ips = {name: args.n / t for name, t in (("batched backend", batched), ("one-item loop", loop), ("raw forward", raw_t))}
     print(f"model: {backend.name} ({n_params / 1e6:.2f}M params), N = {args.n}, torch threads = {torch.get_num_threads()}")
     for name, v in ips.items():

@@ -76,6 +76,7 @@ class HFBackend:
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_ids = sorted(int(e) for e in eos_ids)
         self._token_text: dict[int, str] = {}
+        self._logits_to_keep = True
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *, adapter: str | None = None, dtype: str = "auto",
@@ -174,6 +175,15 @@ class HFBackend:
         return ids.to(self.device), mask.to(self.device)
 
     @torch.inference_mode()
+    def _logits(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
+        """Logits of the last `keep` positions (all positions for a model without `logits_to_keep`)."""
+        if self._logits_to_keep:
+            try:
+                return self.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+            except TypeError:  # a remote-code model without the argument
+                self._logits_to_keep = False
+        return self.model(input_ids=ids, attention_mask=mask).logits
+
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Teacher-forced log P(t_k | prompt, t_<k) for every continuation token, batched."""
         if not requests:
@@ -184,12 +194,16 @@ class HFBackend:
         for batch in _progress(batches, self.progress, "score"):
             # Tokens after the continuation are never needed: cut each row at its `end`.
             ids, mask = self.collate([enc[i].ids[: enc[i].end] for i in batch])
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            # Logits only from the first position any row needs (rows are length-sorted, so that is the last
+            # few): the LM head over every position costs compute and, with a 150k vocabulary, gigabytes.
+            keep = ids.shape[1] - min(enc[i].start for i in batch) + 1
+            logits = self._logits(ids, mask, keep)
+            offset = ids.shape[1] - logits.shape[1]
             rows, pos, tgt = [], [], []
             for r, i in enumerate(batch):
                 e = enc[i]
                 rows += [r] * (e.end - e.start)
-                pos += range(e.start - 1, e.end - 1)
+                pos += range(e.start - 1 - offset, e.end - 1 - offset)
                 tgt += e.ids[e.start : e.end]
             sel = logits[torch.tensor(rows, device=self.device), torch.tensor(pos, device=self.device)]
             lp = torch.log_softmax(sel.float(), dim=-1)
