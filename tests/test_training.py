@@ -490,3 +490,19 @@ def test_detection_settings_do_not_change_the_training_run_dir():
     assert same == _run_dir(cfg) and same.parent == Path("outputs") / "contaminate"
     assert _run_dir({**cfg, "exposure": {"k": 3}}) != same
     assert _run_dir({**cfg, "output_dir": "/tmp/here"}) == Path("/tmp/here")
+
+
+def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
+    """A base model retrained in place gets a new run dir (and an old run dir refuses it) - no stale resume."""
+    from zcp.training.contaminate import _fingerprint_check, _run_dir
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"weights-v1")
+    cfg = {"name": "t", "seed": 0, "model": {"path": str(tmp_path / "base")}, "exposure": {"k": 1}}
+    first = _run_dir(cfg)
+    assert _run_dir(cfg) == first
+    _fingerprint_check(tmp_path / "run", cfg)
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"weights-v2")
+    assert _run_dir(cfg) != first
+    with pytest.raises(ValueError, match="base_model_fingerprint"):
+        _fingerprint_check(tmp_path / "run", cfg)
