@@ -174,7 +174,6 @@ class HFBackend:
                 mask[r, : len(s)] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    @torch.inference_mode()
     def _logits(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (all positions for a model without `logits_to_keep`)."""
         if self._logits_to_keep:
@@ -184,6 +183,7 @@ class HFBackend:
                 self._logits_to_keep = False
         return self.model(input_ids=ids, attention_mask=mask).logits
 
+    @torch.inference_mode()
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Teacher-forced log P(t_k | prompt, t_<k) for every continuation token, batched."""
         if not requests:
