@@ -76,11 +76,11 @@ def _config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return fp
 
 
-def _run_dir(cfg: Mapping[str, Any]) -> Path:
+def _run_dir(cfg: Mapping[str, Any], fp: dict[str, Any] | None = None) -> Path:
     """`output_dir` if set, else outputs/contaminate/<name>__<hash of the config>: rerunning resumes."""
     if cfg.get("output_dir"):
         return Path(str(cfg["output_dir"]))
-    fp = _config_fingerprint(cfg)
+    fp = fp or _config_fingerprint(cfg)
     h = stable_hash(json.dumps(fp, sort_keys=True, default=str), 8)
     return Path("outputs") / "contaminate" / f"{str(cfg.get('name') or 'contaminate').replace('/', '_')}__{h}"
 
@@ -114,9 +114,9 @@ def resolve_model_path(path: str | None) -> str:
     return str(path)
 
 
-def _fingerprint_check(run_dir: Path, cfg: dict[str, Any]) -> None:
+def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | None = None) -> None:
     """Refuse to resume a run directory whose stage outputs were made by a different config or base model."""
-    fp = _config_fingerprint(cfg)
+    fp = fp or _config_fingerprint(cfg)
     path = run_dir / "run_config.json"
     if path.exists():
         old = json.loads(path.read_text())
@@ -363,7 +363,8 @@ def _versions() -> dict[str, str]:
 def contaminate(cfg: Any) -> ContaminationResult:
     """Run split → paraphrase → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc."""
     c = _to_dict(cfg)
-    run_dir = _run_dir(c).resolve()
+    fingerprint = _config_fingerprint(c)  # hashes the base model's files once per run
+    run_dir = _run_dir(c, fingerprint).resolve()
     seed = int(c.get("seed", 0))
     seed_everything(seed)
     ex = dict(c["exposure"])
@@ -389,7 +390,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
     stages_skipped: list[str] = []
 
     if _is_main():
-        _fingerprint_check(run_dir, c)
+        _fingerprint_check(run_dir, c, fingerprint)
     _barrier()
 
     # 1. data ---------------------------------------------------------------------------------------
@@ -533,7 +534,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
                 "grpo_prompts": ex.get("grpo_prompts", "variants"),
             },
             "base_model": base_path,
-            "base_model_fingerprint": model_fingerprint(base_path),
+            "base_model_fingerprint": fingerprint["base_model_fingerprint"],
             "model_dir": str(model_dir),
             "sft_adapter": str(sft_dir),
             "sft_adapter_base": base_path,
