@@ -57,12 +57,17 @@ def test_m1_binary_permutation_is_exact_mcnemar(n_pos, n_neg, n_tie):
     assert res.discordant == (n_pos, n_neg) and res.test == "exact_mcnemar"
 
 
-def _brute_force_p(v: list[np.ndarray]) -> float:
-    """P(T* >= T_obs) by enumerating every choice of the 'original' label per item (independent reference)."""
+def _brute_force_p(v: list[np.ndarray], k: int = 1) -> float:
+    """P(T* >= T_obs) by enumerating every choice of the k 'original' labels per item (independent reference)."""
     def t(choice):
-        return sum(row[c] - (row.sum() - row[c]) / (row.size - 1) for row, c in zip(v, choice, strict=True))
-    t_obs = t([0] * len(v))
-    perms = list(itertools.product(*[range(row.size) for row in v]))
+        total = 0.0
+        for row, c in zip(v, choice, strict=True):
+            mask = np.zeros(row.size, bool)
+            mask[list(c)] = True
+            total += row[mask].mean() - row[~mask].mean()
+        return total
+    t_obs = t([tuple(range(k))] * len(v))
+    perms = list(itertools.product(*[list(itertools.combinations(range(row.size), k)) for row in v]))
     return sum(t(c) >= t_obs - 1e-12 for c in perms) / len(perms)
 
 
@@ -83,6 +88,18 @@ def test_binary_null_law_sums_to_one_and_attainable_size():
     assert law.pmf.sum() == pytest.approx(1.0, abs=1e-12)
     assert 0.0 <= law.attainable_size(0.05) <= 0.05
     assert law.p_value == paired_test("acc", x, y).p_value
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_k_original_side_versions_match_enumeration(seed):
+    # k = 2 paraphrases per item against m = 2 or 3 references: a uniformly chosen 2-subset is "original"
+    rng = np.random.default_rng(seed)
+    v = [(rng.random(2 + m) < 0.5).astype(float) for m in (2, 3, 2, 3)]
+    res = paired_test("acc", [row[:2] for row in v], [row[2:] for row in v])
+    assert res.k == 2 and res.p_value == pytest.approx(_brute_force_p(v, k=2), abs=1e-12)
+    w = [rng.random(2 + m) for m in (2, 3, 2)]
+    res = paired_test("p_all", [row[:2] for row in w], [row[2:] for row in w], B=10_000)
+    assert res.exact and res.p_value == pytest.approx(_brute_force_p(w, k=2), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(4))

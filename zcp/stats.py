@@ -13,6 +13,9 @@ Statistic: T = sum_i (X_i - mean_j Y_ij).
     binomials per (m_i, k_i) class), so p = P(T* >= T_obs) is exact. At m = 1 it is McNemar's exact test.
   * Continuous metrics (p_first, p_all): Monte Carlo over B relabellings, p = (1 + #{T* >= T_obs})/(B + 1),
     never 0 (valid for any B); exact enumeration of all prod_i (m_i + 1) relabellings when that is <= B.
+  With k_i original-side versions per item (k paraphrases tested against m references) the same test
+  labels a uniformly chosen k_i-subset of the k_i + m_i versions "original" (hypergeometric counts for
+  binary metrics), and T uses the per-item mean of each side.
   Why not a sign test on the averaged draws or the paired bootstrap: with m > 1 the sign of
   X_i - mean_j Y_ij is not balanced under H0 (an item at accuracy 0.9 is ahead 24% of the time and behind
   10%), so that sign test rejects 30-85% of true nulls at high accuracy; the bootstrap of the mean rejects
@@ -65,41 +68,77 @@ def metric_kind(metric: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-def versions_matrix(original: Sequence[float] | np.ndarray, reference: Any, *, metric: str = "",
-                    ids: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(V, m): V[i, 0] = X_i, V[i, 1..m_i] = Y_i1..Y_im_i (NaN-padded), m[i] = m_i.
+@dataclass(frozen=True)
+class Versions:
+    """Per-item scores, NaN-padded: a[i, :k_i] original-side versions, r[i, :m_i] reference draws."""
 
-    `reference` is an n x m array, a length-n vector (m = 1), or n sequences of varying length.
-    Raises ValueError on a length mismatch, an item without reference draws, or NaN/inf scores
-    (naming the items, by `ids` when given).
+    a: np.ndarray
+    r: np.ndarray
+    k: np.ndarray
+    m: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.k.size)
+
+    def a_mean(self) -> np.ndarray:
+        return np.nansum(self.a, axis=1) / self.k
+
+    def r_mean(self) -> np.ndarray:
+        return np.nansum(self.r, axis=1) / self.m
+
+    def item(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.a[i, : self.k[i]], self.r[i, : self.m[i]]
+
+
+def _padded(values: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(matrix, counts) from an n-vector (one per item), an n x k array, or n sequences (NaN-padded)."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        arr = values.astype(np.float64)
+        arr = arr.reshape(-1, 1) if arr.ndim <= 1 else arr.reshape(arr.shape[0], -1)
+        return arr, np.full(arr.shape[0], arr.shape[1], dtype=np.int64)
+    rows = [np.atleast_1d(np.asarray(row, dtype=np.float64)).reshape(-1) for row in values]
+    counts = np.array([row.size for row in rows], dtype=np.int64)
+    if counts.size and (counts == counts[0]).all():
+        return (np.stack(rows) if counts[0] else np.zeros((len(rows), 0))), counts
+    mat = np.full((len(rows), int(counts.max()) if rows else 0), np.nan)
+    for i, row in enumerate(rows):
+        mat[i, : row.size] = row
+    return mat, counts
+
+
+def item_versions(original: Any, reference: Any, *, metric: str = "",
+                  ids: Sequence[str] | None = None) -> Versions:
+    """Per-item original-side scores and reference draws, validated.
+
+    `original`: one score per item (n-vector), or k_i scores per item (n x k array or n sequences, e.g.
+    k paraphrases); `reference`: m_i draws per item (n x m array, n-vector for m = 1, or n sequences).
+    Raises ValueError on a length mismatch, an item without scores, or NaN/inf (naming the items).
     """
-    x = np.asarray(original, dtype=np.float64).reshape(-1)
-    n = x.size
-    if isinstance(reference, np.ndarray) and reference.dtype != object and reference.ndim in (1, 2):
-        r = reference.astype(np.float64).reshape(n if reference.ndim == 1 else reference.shape[0], -1)
-        if r.shape[0] != n:
-            raise ValueError(f"{metric}: {n} original scores but {r.shape[0]} reference rows (item-paired)")
-        m = np.full(n, r.shape[1], dtype=np.int64)
-        v = np.concatenate([x[:, None], r], axis=1)
-    else:
-        rows = [np.atleast_1d(np.asarray(row, dtype=np.float64)).reshape(-1) for row in reference]
-        if len(rows) != n:
-            raise ValueError(f"{metric}: {n} original scores but {len(rows)} reference rows (item-paired)")
-        m = np.array([row.size for row in rows], dtype=np.int64)
-        v = np.full((n, 1 + (int(m.max()) if n else 0)), np.nan)
-        v[:, 0] = x
-        for i, row in enumerate(rows):
-            v[i, 1 : 1 + row.size] = row
+    a, k = _padded(original, metric)
+    r, m = _padded(reference, metric)
+    if r.shape[0] != a.shape[0]:
+        raise ValueError(f"{metric}: {a.shape[0]} items but {r.shape[0]} reference rows (item-paired)")
     name = (lambda i: str(ids[i])) if ids is not None else (lambda i: f"#{i}")
-    empty = np.flatnonzero(m < 1)
+
+    def listed(idx: np.ndarray) -> str:
+        return ", ".join(name(int(i)) for i in idx[:10]) + (" ..." if idx.size > 10 else "")
+
+    empty = np.flatnonzero((k < 1) | (m < 1))
     if empty.size:
-        raise ValueError(f"{metric}: item(s) without reference draws: {', '.join(name(i) for i in empty[:10])}")
-    valid = np.arange(v.shape[1])[None, :] <= m[:, None]
-    bad = np.flatnonzero((~np.isfinite(v) & valid).any(axis=1))
+        raise ValueError(f"{metric}: item(s) without original or reference scores: {listed(empty)}")
+    in_a = np.arange(a.shape[1])[None, :] < k[:, None]
+    in_r = np.arange(r.shape[1])[None, :] < m[:, None]
+    bad = np.flatnonzero((~np.isfinite(a) & in_a).any(axis=1) | (~np.isfinite(r) & in_r).any(axis=1))
     if bad.size:
-        raise ValueError(f"{metric}: NaN or infinite scores for item(s) "
-                         f"{', '.join(name(i) for i in bad[:10])}{' ...' if bad.size > 10 else ''}")
-    return v, m
+        raise ValueError(f"{metric}: NaN or infinite scores for item(s) {listed(bad)}")
+    return Versions(a=a, r=r, k=k, m=m)
+
+
+def _check_binary(v: Versions, metric: str) -> None:
+    ok = (np.isin(v.a, (0.0, 1.0)) | np.isnan(v.a)).all() and (np.isin(v.r, (0.0, 1.0)) | np.isnan(v.r)).all()
+    if not ok:
+        raise ValueError(f"{metric}: binary scores must be 0 or 1 per version (do not average draws before testing)")
 
 
 # ---------------------------------------------------------------------------------------------- binary
@@ -111,7 +150,7 @@ class BinaryNull:
     step: int  # lattice spacing of T * scale
     pmf: np.ndarray  # pmf[j] = P(T * scale = offset + j * step)
     t_obs: int  # observed T * scale
-    scale: int  # L = lcm of the m_i of the informative items
+    scale: int  # lcm of k_i * m_i over the informative items
 
     def tail(self, t: int) -> float:
         """P(T* * scale >= t)."""
@@ -129,88 +168,141 @@ class BinaryNull:
         return float(ok.max()) if ok.size else 0.0
 
 
-def binary_null_law(original: Sequence[float] | np.ndarray, reference: Any) -> BinaryNull:
-    """Exact within-item permutation null law of T for 0/1 scores (see the module docstring)."""
-    v, m = versions_matrix(original, reference, metric="binary")
-    valid = np.arange(v.shape[1])[None, :] <= m[:, None]
-    vals = v[valid]
-    if not np.isin(vals, (0.0, 1.0)).all():
-        raise ValueError("binary metric: scores must be 0 or 1 per version (do not average draws before testing)")
-    k = np.where(valid, v, 0.0).sum(axis=1).astype(np.int64)
-    x = v[:, 0].astype(np.int64)
-    informative = (k > 0) & (k < m + 1)
-    if not informative.any():
-        return BinaryNull(offset=0, step=1, pmf=np.ones(1), t_obs=0, scale=1)
-    mi, ki, xi = m[informative], k[informative], x[informative]
-    scale = math.lcm(*map(int, np.unique(mi)))
-    # contribution * scale: a = scale (m - k + 1) / m if the original is a one, b = -scale k / m otherwise
-    b = -(scale // mi) * ki
-    jump = (scale // mi) * (mi + 1)
-    t_obs = int(np.sum(np.where(xi == 1, b + jump, b)))
-    base = int(b.sum())
-    step = math.gcd(*map(int, np.unique(jump)))
-    # sum over (m, k) classes of jump * Binomial(count, k / (m + 1)), on a lattice of spacing `step`
-    pmf = np.ones(1)
-    for mm, kk in sorted(set(zip(mi.tolist(), ki.tolist(), strict=True))):
-        cnt = int(np.sum((mi == mm) & (ki == kk)))
-        bpmf = sps.binom.pmf(np.arange(cnt + 1), cnt, kk / (mm + 1))
-        stride = int((scale // mm) * (mm + 1) // step)
-        spread = np.zeros(cnt * stride + 1)
-        spread[::stride] = bpmf
-        pmf = np.convolve(pmf, spread) if pmf.size * spread.size < 4e7 else _fft_convolve(pmf, spread)
-    return BinaryNull(offset=base, step=step, pmf=pmf, t_obs=t_obs, scale=scale)
-
-
-def _fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.size * b.size < 4e7:
+        return np.convolve(a, b)
     from scipy.signal import fftconvolve
 
     return np.clip(fftconvolve(a, b), 0.0, None)
 
 
+def _power(pmf: np.ndarray, c: int) -> np.ndarray:
+    """The c-fold convolution of a pmf (repeated squaring)."""
+    out, base = np.ones(1), pmf
+    while c:
+        if c & 1:
+            out = _convolve(out, base)
+        c >>= 1
+        if c:
+            base = _convolve(base, base)
+    return out
+
+
+def binary_null_law(original: Any, reference: Any) -> BinaryNull:
+    """Exact within-item permutation null law of T for 0/1 scores.
+
+    Item i has k_i original-side and m_i reference versions, K_i ones among them; under H0 the number of
+    ones labelled original is hypergeometric (k_i draws from k_i + m_i versions holding K_i ones), and the
+    item's term j/k - (K - j)/m, times k m, is the integer j (k + m) - K k. The law of T is the convolution
+    of these (a binomial per class when k = 1).
+    """
+    v = item_versions(original, reference, metric="binary")
+    _check_binary(v, "binary")
+    ones_a = np.nansum(v.a, axis=1).astype(np.int64)
+    big = ones_a + np.nansum(v.r, axis=1).astype(np.int64)
+    live = (big > 0) & (big < v.k + v.m)
+    if not live.any():
+        return BinaryNull(offset=0, step=1, pmf=np.ones(1), t_obs=0, scale=1)
+    kk, mm, bb, jj = v.k[live], v.m[live], big[live], ones_a[live]
+    keys, counts = np.unique(np.stack([kk, mm, bb], axis=1), axis=0, return_counts=True)
+    classes = {tuple(int(x) for x in key): int(c) for key, c in zip(keys, counts, strict=True)}
+    scale = math.lcm(*{k * m for k, m, _ in classes})
+    jumps = {(k, m): (scale // (k * m)) * (k + m) for k, m, _ in classes}
+    step = math.gcd(*jumps.values())
+
+    def term(k: int, m: int, big_k: int, j: int) -> int:  # item term of T, times `scale`
+        return (scale // (k * m)) * (j * (k + m) - big_k * k)
+
+    unit = scale // (kk * mm)
+    t_obs = int(np.sum(unit * (jj * (kk + mm) - bb * kk)))
+    pmf, offset = np.ones(1), 0
+    for (k, m, big_k), count in sorted(classes.items()):
+        j_lo, j_hi = max(0, big_k - m), min(k, big_k)
+        stride = jumps[(k, m)] // step
+        if k == 1:  # count Bernoulli(K/(m+1)) terms: a binomial
+            single = sps.binom.pmf(np.arange(count + 1), count, big_k / (m + 1))
+            spread = np.zeros(count * stride + 1)
+            spread[::stride] = single
+        else:
+            hyp = sps.hypergeom.pmf(np.arange(j_lo, j_hi + 1), k + m, big_k, k)
+            one = np.zeros((j_hi - j_lo) * stride + 1)
+            one[::stride] = hyp
+            spread = _power(one, count)
+        offset += count * term(k, m, big_k, j_lo)
+        pmf = _convolve(pmf, spread)
+    return BinaryNull(offset=offset, step=step, pmf=pmf, t_obs=t_obs, scale=scale)
+
+
 # ---------------------------------------------------------------------------------------------- continuous
-def _contributions(v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """C[i, c] = item i's term of T when version c is labelled original: (m+1)/m V[i,c] - S_i/m (NaN pads)."""
-    valid = np.arange(v.shape[1])[None, :] <= m[:, None]
-    total = np.where(valid, v, 0.0).sum(axis=1)
-    c = (m[:, None] + 1) / m[:, None] * v - (total / m)[:, None]
-    return np.where(valid, c, np.nan)
+MAX_OPTIONS = 200_000  # relabellings enumerated per item (C(k + m, k)); beyond this the input is refused
 
 
-def permutation_pvalue_mc(original: Sequence[float] | np.ndarray, reference: Any, *, B: int = 10_000,
-                          seed: int = 0, chunk: int = 4_000_000) -> tuple[float, int, int, bool]:
+def _options(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """All values of an item's term of T over its C(k+m, k) labellings; index 0 is the observed one."""
+    from itertools import combinations
+
+    v = np.concatenate([x, y])
+    k, m = x.size, y.size
+    total = v.sum()
+    if k == 1:
+        sums = v
+    else:
+        n_opt = math.comb(k + m, k)
+        if n_opt > MAX_OPTIONS:
+            raise ValueError(f"{k} original-side and {m} reference versions give {n_opt} labellings per item; "
+                             f"at most {MAX_OPTIONS} are supported")
+        sums = v[np.array(list(combinations(range(k + m), k)))].sum(axis=1)
+    return (1.0 / k + 1.0 / m) * sums - total / m
+
+
+def _option_matrix(v: Versions) -> tuple[np.ndarray, np.ndarray]:
+    """Row i: every value of item i's term over its labellings (index 0 observed), NaN-padded; and counts."""
+    if (v.k == 1).all():  # one original per item: m + 1 labellings, vectorised
+        full = np.concatenate([v.a, v.r], axis=1)
+        total = np.nansum(full, axis=1)
+        return (1.0 + 1.0 / v.m)[:, None] * full - (total / v.m)[:, None], v.m + 1
+    opts = [_options(*v.item(i)) for i in range(v.n)]
+    sizes = np.array([o.size for o in opts], dtype=np.int64)
+    mat = np.full((v.n, int(sizes.max())), np.nan)
+    for i, o in enumerate(opts):
+        mat[i, : o.size] = o
+    return mat, sizes
+
+
+def permutation_pvalue_mc(original: Any, reference: Any, *, B: int = 10_000, seed: int = 0,
+                          chunk: int = 4_000_000) -> tuple[float, int, int, bool]:
     """Within-item permutation p for continuous scores: (p, exceed, n_relabellings, exact).
 
-    Exact enumeration when prod(m_i + 1) <= B (p = #{T* >= T_obs} / N, the identity included);
-    otherwise B random relabellings and p = (1 + exceed) / (B + 1).
+    Exact enumeration when prod_i C(k_i + m_i, k_i) <= B (p = #{T* >= T_obs} / N, the identity included);
+    otherwise B random relabellings and p = (1 + exceed) / (B + 1), valid for any B.
     """
     if B < 1:
         raise ValueError(f"B must be >= 1 Monte Carlo relabellings, got {B}")
-    v, m = versions_matrix(original, reference)
-    contrib = _contributions(v, m)
-    # items whose versions all score the same add a constant 0: they cannot move T
-    live = np.nanmax(contrib, axis=1) > np.nanmin(contrib, axis=1)
-    c = contrib[live]
-    ml = m[live]
-    if c.shape[0] == 0:
+    v = item_versions(original, reference)
+    mat, sizes = _option_matrix(v)
+    # items whose labellings all give the same term add a constant: they cannot move T
+    spread = np.nanmax(mat, axis=1) > np.nanmin(mat, axis=1)
+    mat, sizes = mat[spread], sizes[spread]
+    if mat.shape[0] == 0:
         return 1.0, 0, 1, True
-    t_obs = float(c[:, 0].sum())
-    tol = 1e-10 * float(np.nanmax(np.abs(c), axis=1).sum())
-    n_total = math.prod(int(k) + 1 for k in ml) if c.shape[0] < 64 else None
+    t_obs = float(mat[:, 0].sum())
+    tol = 1e-10 * float(np.nanmax(np.abs(mat), axis=1).sum())
+    n = mat.shape[0]
+    n_total = math.prod(int(s) for s in sizes) if n < 64 else None
     if n_total is not None and n_total <= B:
         sums = np.zeros(1)
-        for row, k in zip(c, ml, strict=True):
-            sums = (sums[:, None] + row[None, : k + 1]).ravel()
+        for row, size in zip(mat, sizes, strict=True):
+            sums = (sums[:, None] + row[None, :size]).ravel()
         exceed = int(np.count_nonzero(sums >= t_obs - tol))
         return exceed / n_total, exceed, n_total, True
+    mat = np.nan_to_num(mat, nan=0.0)
     rng = np.random.default_rng(seed)
-    n = c.shape[0]
     rows = max(1, chunk // n)
     exceed, done = 0, 0
-    filled = np.nan_to_num(c, nan=0.0)
     while done < B:
         r = min(rows, B - done)
-        pick = (rng.random((r, n)) * (ml + 1)).astype(np.int64)
-        t = filled[np.arange(n)[None, :], pick].sum(axis=1)
+        pick = (rng.random((r, n)) * sizes).astype(np.int64)
+        t = mat[np.arange(n)[None, :], pick].sum(axis=1)
         exceed += int(np.count_nonzero(t >= t_obs - tol))
         done += r
     return (1 + exceed) / (B + 1), exceed, B, False
@@ -278,6 +370,7 @@ class TestResult:
     test: str
     p_floor: float
     m: int = 1  # reference draws per item (the largest, when it varies)
+    k: int = 1  # original-side versions per item (e.g. k paraphrases; the largest)
     discordant: tuple[int, int] | None = None  # m = 1, binary: (original 1 & ref 0, original 0 & ref 1)
     exceed: int | None = None  # Monte Carlo: #{T* >= T_obs}
     n_relabellings: int | None = None  # Monte Carlo / enumeration size
@@ -290,54 +383,50 @@ class TestResult:
         return d
 
 
-def paired_test(metric: str, original: Sequence[float] | np.ndarray, reference: Any, *, B: int = 10_000,
-                seed: int = 0, test: str = "permutation", ids: Sequence[str] | None = None,
-                kind: str | None = None) -> TestResult:
+def paired_test(metric: str, original: Any, reference: Any, *, B: int = 10_000, seed: int = 0,
+                test: str = "permutation", ids: Sequence[str] | None = None, kind: str | None = None) -> TestResult:
     """Test H1: the originals score higher than their references; returns p, C_cont and summaries.
 
-    `original`: one score per item; `reference`: the item's m draws (n x m array, length-n vector for
-    m = 1, or n sequences when m varies). `test`: "permutation" (exact for binary metrics, Monte Carlo
-    with B relabellings and stream `seed` for continuous ones) or "bootstrap" (the paper's paired
-    bootstrap of X_i - mean_j Y_ij). `kind` overrides the metric's kind ("binary" | "continuous").
+    `original`: one score per item (or k_i per item, e.g. k paraphrases, as an n x k array or n
+    sequences); `reference`: the item's m draws (n x m array, length-n vector for m = 1, or n sequences
+    when m varies). `test`: "permutation" (exact for binary metrics, Monte Carlo with B relabellings and
+    stream `seed` for continuous ones) or "bootstrap" (the paper's paired bootstrap of the per-item
+    mean differences). `kind` overrides the metric's kind ("binary" | "continuous").
     """
     if test not in TESTS:
         raise ValueError(f"stats.test must be one of {list(TESTS)}, not {test!r}")
     kind = kind or metric_kind(metric)
     if kind not in ("binary", "continuous"):
         raise ValueError(f"kind must be binary or continuous, not {kind!r}")
-    v, m = versions_matrix(original, reference, metric=metric, ids=ids)
-    n = v.shape[0]
-    valid = np.arange(v.shape[1])[None, :] <= m[:, None]
-    ref_mean = (np.where(valid, v, 0.0).sum(axis=1) - v[:, 0]) / np.maximum(m, 1)
-    d = v[:, 0] - ref_mean
-    s = float(v[:, 0].mean()) if n else float("nan")
-    s_ref = float(ref_mean.mean()) if n else float("nan")
-    diff = float(d.mean()) if n else 0.0
-    m_max = int(m.max()) if n else 0
+    if B < 1:
+        raise ValueError(f"B must be >= 1 (Monte Carlo relabellings or bootstrap samples), got {B}")
+    v = item_versions(original, reference, metric=metric, ids=ids)
+    if kind == "binary":
+        _check_binary(v, metric)
+    n = v.n
+    a_mean, r_mean = v.a_mean(), v.r_mean()
+    d = a_mean - r_mean
+    m_max = int(v.m.max()) if n else 0
+    k_max = int(v.k.max()) if n else 0
     disc = None
-    if kind == "binary" and m_max == 1 and n:
-        disc = (int(np.sum(v[:, 0] > v[:, 1])), int(np.sum(v[:, 0] < v[:, 1])))
-    common = {"metric": metric, "n": n, "s": s, "s_ref": s_ref, "diff": diff, "m": m_max, "discordant": disc}
+    if kind == "binary" and m_max == 1 and k_max == 1:
+        disc = (int(np.sum(a_mean > r_mean)), int(np.sum(a_mean < r_mean)))
+    common = {"metric": metric, "n": n, "s": float(a_mean.mean()) if n else float("nan"),
+              "s_ref": float(r_mean.mean()) if n else float("nan"), "diff": float(d.mean()) if n else 0.0,
+              "m": m_max, "k": k_max, "discordant": disc}
     if n == 0:
         return TestResult(p_value=1.0, c_cont=0.5, test=test, p_floor=0.0, **common)
+    originals = [v.item(i)[0] for i in range(n)] if k_max > 1 or (v.k != k_max).any() else v.a
+    refs = [v.item(i)[1] for i in range(n)] if (v.m != m_max).any() else v.r
     if test == "bootstrap":
-        if kind == "binary":
-            versions_check = v[valid]
-            if not np.isin(versions_check, (0.0, 1.0)).all():
-                raise ValueError(f"{metric}: binary scores must be 0 or 1 per version")
         p = bootstrap_pvalue(d, B=B, seed=seed)
         return TestResult(p_value=p, c_cont=c_cont(p), test=f"paired_bootstrap_B{B}", p_floor=1.0 / (B + 1),
                           n_relabellings=B, exact=False, **common)
     if kind == "binary":
-        try:
-            law = binary_null_law(v[:, 0], [row[1 : k + 1] for row, k in zip(v, m, strict=True)])
-        except ValueError as e:
-            raise ValueError(f"{metric}: {e}") from None
-        p = law.p_value
-        name = "exact_mcnemar" if m_max == 1 else "exact_permutation"
+        p = binary_null_law(originals, refs).p_value
+        name = "exact_mcnemar" if m_max == 1 and k_max == 1 else "exact_permutation"
         return TestResult(p_value=p, c_cont=c_cont(p), test=name, p_floor=0.0, **common)
-    p, exceed, n_rel, exact = permutation_pvalue_mc(v[:, 0], [row[1 : k + 1] for row, k in zip(v, m, strict=True)],
-                                                    B=B, seed=seed)
+    p, exceed, n_rel, exact = permutation_pvalue_mc(originals, refs, B=B, seed=seed)
     floor = 1.0 / n_rel if exact else 1.0 / (B + 1)
     name = "exact_permutation_enumerated" if exact else f"permutation_mc_B{B}"
     return TestResult(p_value=p, c_cont=c_cont(p), test=name, p_floor=floor, exceed=exceed,
