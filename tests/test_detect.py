@@ -8,6 +8,7 @@ from fakes import FakeBackend
 from zcp.data.schema import Item
 from zcp.detect import DetectDataset, DetectSettings, analyse, detect
 from zcp.probe import ProbeConfig
+from zcp.stats import c_cont
 
 
 def _dataset(n=30, m=3, memorise=True):
@@ -37,8 +38,10 @@ def test_detect_outputs_and_verdict(tmp_path):
         assert r["n"] == 30
     by = {(r["variant"], r["metric"]): r for r in s["results"]}
     assert by[("original", "acc")]["s"] == 1.0 and by[("original", "acc")]["s_ref"] == 0.0
-    assert by[("original", "p_all")]["at_floor_all_seeds"] and by[("paraphrased", "p_all")]["at_floor_all_seeds"]
-    assert by[("original", "p_all")]["c_cont"] > 0.98  # the ceiling with B = 2000
+    assert by[("original", "p_all")]["at_floor"] and by[("paraphrased", "p_all")]["at_floor"]
+    # one test over all draws, the three seeds' Monte Carlo streams pooled: floor 1/(3 * 2000 + 1)
+    assert by[("original", "p_all")]["p_value"] == pytest.approx(1 / 6001)
+    assert by[("original", "p_all")]["c_cont"] > 0.99
     assert by[("original", "con")]["c_cont"] > 0.99  # zero-CoT (memorised) agrees with CoT, reference does not
     assert all(v["contaminated"] for v in s["verdicts"])
     table = (tmp_path / "table.md").read_text()
@@ -62,8 +65,54 @@ def test_reference_draws_are_averaged_per_item():
     out = analyse(recs, ["acc"], DetectSettings(seeds=[0]))
     r = out["results"][0]
     assert r["n"] == 4 and r["s"] == 1.0 and r["s_ref"] == pytest.approx(2 / 3)
+    assert r["m"] == 3 and r["test"] == "exact_permutation"
     per = analyse(recs, ["acc"], DetectSettings(seeds=[0, 1, 2], reference_draws="per_seed"))["results"][0]
     assert [p["s_ref"] for p in per["per_seed"]] == [1.0, 1.0, 0.0]
+    # the verdict is the one test over all draws, whatever the stability display shows
+    assert per["p_value"] == r["p_value"] and per["c_cont"] == r["c_cont"]
+
+
+def test_one_verdict_from_all_draws_seeds_only_vary_the_stream():
+    rng = __import__("numpy").random.default_rng(0)
+    recs = []
+    for k in range(30):
+        recs.append({"split": "D", "variant": "original", "original_id": f"i{k}", "draw": 0,
+                     "p_all": float(rng.uniform(0.3, 0.7)), "correct": bool(rng.random() < 0.8)})
+        for j in range(6):
+            recs.append({"split": "D", "variant": "reference", "original_id": f"i{k}", "draw": j,
+                         "p_all": float(rng.uniform(0.3, 0.7)), "correct": bool(rng.random() < 0.8)})
+    out = analyse(recs, ["acc", "p_all"], DetectSettings(seeds=[0, 1, 2], bootstrap_samples=500))
+    by = {r["metric"]: r for r in out["results"]}
+    # exact binary test: every seed runs the identical test; the reported p is that test's p
+    assert len({q["p_value"] for q in by["acc"]["per_seed"]}) == 1 and by["acc"]["c_cont_std"] == 0.0
+    assert by["acc"]["p_value"] == by["acc"]["per_seed"][0]["p_value"]
+    # Monte Carlo: the streams are pooled into one p; C_cont is C(p) of the reported p
+    streams = by["p_all"]["per_seed"]
+    assert by["p_all"]["p_value"] == pytest.approx((1 + sum(q["exceed"] for q in streams)) / 1501)
+    for r in out["results"]:
+        assert r["c_cont"] == c_cont(r["p_value"])
+    (v,) = out["verdicts"]
+    assert v["p_value"] == min(1.0, 2 * min(by["acc"]["p_value"], by["p_all"]["p_value"]))
+    assert v["contaminated"] == (v["p_value"] < 0.05) and len(v["per_seed"]) == 3
+
+
+def test_file_used_as_its_own_reference_gives_exactly_no_evidence(tmp_path):
+    from zcp.backends.hf import HFBackend
+    from zcp.testing import tiny_llama, train_tokenizer
+
+    items = [Item(f"i{k}", f"Tom has {k + 3} apples and buys {2 * k + 1} more. How many apples?", str(3 * k + 4))
+             for k in range(40)]
+    tok = train_tokenizer([it.question + " " + it.answer for it in items] * 3, vocab_size=300)
+    backend = HFBackend(tiny_llama(tok, seed=1), tok, max_batch_size=7)
+    # every item is its own single reference draw, and a second copy gives m = 2
+    ref = {it.id: [Item(f"{it.id}::r{j}", it.question, it.answer, metadata={"original_id": it.id}) for j in range(2)]
+           for it in items}
+    s = detect(backend, [DetectDataset("D", items, ref)], ProbeConfig(metrics=("acc", "p_first", "p_all")),
+               tmp_path, DetectSettings(seeds=[0, 1], bootstrap_samples=500, chunk_size=13, progress=False))
+    assert {r["metric"] for r in s["results"]} == {"acc", "p_first", "p_all"}
+    for r in s["results"]:
+        assert r["p_value"] == 1.0 and r["c_cont"] == 0.5 and r["diff"] == 0.0, r
+    assert not s["verdicts"][0]["contaminated"] and s["verdicts"][0]["c_cont"] == 0.5
 
 
 def test_resume_after_kill_loses_nothing_duplicates_nothing(tmp_path):
@@ -104,6 +153,13 @@ def test_malformed_rates_reported(tmp_path):
                DetectSettings(progress=False))
     mal = {m["variant"]: m for m in s["malformed"]}
     assert mal["original"]["zero_cot_malformed"] == 1 and mal["original"]["zero_cot_malformed_rate"] == 0.5
+
+
+def test_settings_are_validated():
+    for bad in ({"seeds": []}, {"bootstrap_samples": 0}, {"alpha": 2.0}, {"test": "sign"},
+                {"reference_draws": "perseed"}, {"chunk_size": 0}):
+        with pytest.raises(ValueError):
+            DetectSettings(**bad)
 
 
 def test_per_seed_draws_are_disjoint_shares():

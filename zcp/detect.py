@@ -23,7 +23,7 @@ from zcp.backends.base import Backend
 from zcp.data.schema import Item
 from zcp.io import append_jsonl, read_jsonl, stable_hash
 from zcp.probe import ProbeConfig, metric_value, probe_items
-from zcp.stats import combine, paired_test
+from zcp.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ SUMMARY = "summary.json"
 TABLE = "table.md"
 PLOT = "c_cont.png"
 META = "run_meta.json"
+UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
 
 
 @dataclass
@@ -58,14 +59,40 @@ class DetectDataset:
 
 @dataclass
 class DetectSettings:
-    """Statistics and run-time settings of a detection run."""
+    """Statistics and run-time settings of a detection run.
+
+    The verdict is one test per (dataset, variant, metric) over ALL reference draws. `seeds` only vary
+    the Monte Carlo stream (continuous metrics; their streams are pooled into one p) and, with
+    `reference_draws="per_seed"`, which share of the draws the per-seed stability display uses; seeds are
+    never separate tests of which any one may fire.
+    """
 
     seeds: Sequence[int] = (0,)
-    bootstrap_samples: int = 10_000
+    bootstrap_samples: int = 10_000  # B: Monte Carlo relabellings (permutation) or bootstrap samples, per seed
     alpha: float = 0.05
-    reference_draws: str = "all"  # all: average all draws per item; per_seed: seed k uses draws j = k mod n_seeds
+    test: str = "permutation"  # permutation | bootstrap (the paper's paired bootstrap, for fidelity)
+    reference_draws: str = "all"  # stability display per seed: all draws | per_seed (draws j with j mod n_seeds = k)
     chunk_size: int = 64
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        from zcp.stats import TESTS
+
+        self.seeds = tuple(int(s) for s in self.seeds)
+        if not self.seeds:
+            raise ValueError("seeds must name at least one seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {list(self.seeds)}")
+        if int(self.bootstrap_samples) < 1:
+            raise ValueError(f"stats.bootstrap_samples must be >= 1, got {self.bootstrap_samples}")
+        if not 0.0 < float(self.alpha) < 1.0:
+            raise ValueError(f"stats.alpha must lie in (0, 1), got {self.alpha}")
+        if self.test not in TESTS:
+            raise ValueError(f"stats.test must be one of {list(TESTS)}, not {self.test!r}")
+        if self.reference_draws not in ("all", "per_seed"):
+            raise ValueError(f"stats.reference_draws must be all or per_seed, not {self.reference_draws!r}")
+        if int(self.chunk_size) < 1:
+            raise ValueError(f"run.chunk_size must be >= 1, got {self.chunk_size}")
 
 
 def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
@@ -118,6 +145,15 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     todo = [(k, it) for k, it in units if k not in done]
     if existing:
         log.info("resuming: %d of %d units already probed", len(done), len(units))
+    # Units with the same question and gold answer get the same prompt and so the same record: they are
+    # probed once and share it exactly (a reference row identical to its original gives exactly no gap,
+    # whatever batch each would have been scored in), which also saves the work.
+    unit_item = dict(units)
+    known: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in existing:
+        it = unit_item.get(_key(r))
+        if it is not None:
+            known.setdefault((it.question, it.answer), r)
     chunks = [todo[i : i + settings.chunk_size] for i in range(0, len(todo), settings.chunk_size)]
     bar = None
     if settings.progress and chunks:
@@ -125,9 +161,17 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
 
         bar = tqdm(total=len(todo), desc="probe", unit="item")
     for chunk in chunks:
-        recs = probe_items(backend, [it for _, it in chunk], probe)
-        for (split, variant, oid, draw), rec in zip((k for k, _ in chunk), recs, strict=True):
-            rec.update(split=split, variant=variant, original_id=oid, draw=draw)
+        fresh: dict[tuple[str, str], Item] = {}
+        for _, it in chunk:
+            if (it.question, it.answer) not in known:
+                fresh.setdefault((it.question, it.answer), it)
+        for qa, rec in zip(fresh, probe_items(backend, list(fresh.values()), probe), strict=True):
+            known[qa] = rec
+        recs = []
+        for (split, variant, oid, draw), it in chunk:
+            rec = {k: v for k, v in known[(it.question, it.answer)].items() if k not in UNIT_FIELDS}
+            rec.update(id=it.id, split=split, variant=variant, original_id=oid, draw=draw)
+            recs.append(rec)
         append_jsonl(path, recs)
         existing.extend(recs)
         if bar is not None:
@@ -138,11 +182,12 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     return [r for r in existing if _key(r) in wanted]
 
 
-def _per_item(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None) -> dict[str, float]:
-    """Average score per original item over its draws.
+def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None = None
+               ) -> dict[str, list[float]]:
+    """Scores per original item, in draw order (m reference draws, k paraphrases, or the one original).
 
-    With pick = (k, n_seeds) only the draws j with j mod n_seeds == k are used (seed k gets its own
-    disjoint share of the m draws; an item with fewer draws than seeds uses draw k mod m).
+    With pick = (k, n_seeds) only the draws j with j mod n_seeds == k are kept (seed k's own disjoint
+    share, for the stability display; an item with fewer draws than seeds keeps draw k mod m).
     """
     by: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in records:
@@ -152,61 +197,75 @@ def _per_item(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] 
         vals.sort()
         if pick is not None:
             k, n_seeds = pick
-            chosen = [v for j, (_, v) in enumerate(vals) if j % n_seeds == k] or [vals[k % len(vals)][1]]
+            out[oid] = [v for j, (_, v) in enumerate(vals) if j % n_seeds == k] or [vals[k % len(vals)][1]]
         else:
-            chosen = [v for _, v in vals]
-        out[oid] = float(np.mean(chosen))
+            out[oid] = [v for _, v in vals]
     return out
 
 
+def _std(xs: Sequence[float]) -> float:
+    return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
 def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: DetectSettings) -> dict[str, Any]:
-    """Per (split, variant, metric): paired test per seed, mean/std over seeds; verdicts; malformed rates."""
+    """Per (split, variant, metric): one within-item test over all reference draws; verdicts; malformed rates.
+
+    p_value is the test's p (Monte Carlo streams of all seeds pooled) and c_cont = C(p_value). `per_seed`
+    holds the stability display: per seed, the test on that seed's stream (and, with
+    reference_draws=per_seed, on its share of the draws); the ± std columns come from it.
+    """
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["split"], r["variant"])].append(r)
     splits = sorted({s for s, _ in groups})
     results, verdicts, malformed = [], [], []
+    n_seeds = len(settings.seeds)
     for split in splits:
         ref = groups.get((split, REFERENCE), [])
         variants = [v for (s, v) in groups if s == split and v != REFERENCE]
         variants.sort(key=lambda v: (v != ORIGINAL, v))
         for variant in variants:
             recs = groups[(split, variant)]
-            per_seed_p: dict[int, dict[str, float]] = defaultdict(dict)
+            pooled_p: dict[str, float] = {}
+            seed_p: dict[int, dict[str, float]] = defaultdict(dict)
             for metric in metrics:
+                s_map = item_draws(recs, metric)
+                r_all = item_draws(ref, metric)
+                ids = sorted(set(s_map) & set(r_all))
+
+                def run(r_map: dict[str, list[float]], seed: int, ids: list[str] = ids, metric: str = metric,
+                        s_map: dict[str, list[float]] = s_map, split: str = split, variant: str = variant) -> TestResult:
+                    return paired_test(metric, [s_map[i] for i in ids], [r_map[i] for i in ids],
+                                       B=settings.bootstrap_samples, test=settings.test, ids=ids,
+                                       seed=int(stable_hash(f"{seed}|{split}|{variant}|{metric}", 8), 16))
+
+                streams = [run(r_all, seed) for seed in settings.seeds]
+                p = pooled_mc_pvalue(streams)
+                main = streams[0]
                 per_seed = []
                 for k, seed in enumerate(settings.seeds):
-                    pick = (k, len(settings.seeds)) if settings.reference_draws == "per_seed" else None
-                    s_map = _per_item(recs, metric, None)
-                    r_map = _per_item(ref, metric, pick)
-                    ids = sorted(set(s_map) & set(r_map))
-                    res = paired_test(metric, [s_map[i] for i in ids], [r_map[i] for i in ids],
-                                      B=settings.bootstrap_samples,
-                                      seed=int(stable_hash(f"{seed}|{split}|{variant}|{metric}", 8), 16))
+                    res = streams[k] if settings.reference_draws == "all" else \
+                        run(item_draws(ref, metric, (k, n_seeds)), seed)
                     per_seed.append({"seed": seed, **res.to_dict()})
-                    per_seed_p[seed][metric] = res.p_value
-                arr = {f: np.array([p[f] for p in per_seed], dtype=float) for f in ("s", "s_ref", "p_value", "c_cont", "diff")}
+                    seed_p[seed][metric] = res.p_value
+                floor = (1.0 / (settings.bootstrap_samples * n_seeds + 1)) if not main.exact else main.p_floor
+                pooled_p[metric] = p
                 results.append({
-                    "split": split, "variant": variant, "metric": metric, "n": per_seed[0]["n"],
-                    "s": float(arr["s"].mean()), "s_std": float(arr["s"].std(ddof=1)) if len(per_seed) > 1 else 0.0,
-                    "s_ref": float(arr["s_ref"].mean()),
-                    "s_ref_std": float(arr["s_ref"].std(ddof=1)) if len(per_seed) > 1 else 0.0,
-                    "diff": float(arr["diff"].mean()),
-                    "p_value": float(np.median(arr["p_value"])), "p_value_max": float(arr["p_value"].max()),
-                    "c_cont": float(arr["c_cont"].mean()),
-                    "c_cont_std": float(arr["c_cont"].std(ddof=1)) if len(per_seed) > 1 else 0.0,
-                    "at_floor_all_seeds": all(p["at_floor"] for p in per_seed),
-                    "test": per_seed[0]["test"], "per_seed": per_seed,
+                    "split": split, "variant": variant, "metric": metric, "n": main.n, "m": main.m, "k": main.k,
+                    "s": main.s, "s_std": 0.0, "s_ref": main.s_ref,
+                    "s_ref_std": _std([q["s_ref"] for q in per_seed]) if settings.reference_draws == "per_seed" else 0.0,
+                    "diff": main.diff, "p_value": p, "c_cont": c_cont(p),
+                    "c_cont_std": _std([q["c_cont"] for q in per_seed]),
+                    "p_floor": floor, "at_floor": p <= floor * (1 + 1e-9), "test": main.test,
+                    "n_relabellings": sum(int(q["n_relabellings"] or 0) for q in per_seed) if not main.exact else main.n_relabellings,
+                    "discordant": main.to_dict()["discordant"], "per_seed": per_seed,
                 })
-            combos = [combine(per_seed_p[seed], settings.alpha) for seed in settings.seeds]
+            verdict = combine(pooled_p, settings.alpha)
+            stability = [combine(seed_p[seed], settings.alpha) for seed in settings.seeds]
             verdicts.append({
-                "split": split, "variant": variant, "rule": combos[0]["rule"], "alpha": settings.alpha,
-                "metrics": combos[0]["metrics"],
-                "p_value": float(np.median([c["p_value"] for c in combos])),
-                "c_cont": float(np.mean([c["c_cont"] for c in combos])),
-                "contaminated_seeds": sum(c["contaminated"] for c in combos),
-                "contaminated": sum(c["contaminated"] for c in combos) * 2 > len(combos),
-                "per_seed": combos,
+                "split": split, "variant": variant, **verdict,
+                "stability_contaminated_seeds": sum(c["contaminated"] for c in stability),
+                "per_seed": stability,
             })
         for variant in sorted({v for (s, v) in groups if s == split}):
             recs = groups[(split, variant)]
@@ -236,6 +295,7 @@ def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConf
         "metrics": list(probe.metrics),
         "seeds": list(settings.seeds),
         "bootstrap_samples": settings.bootstrap_samples,
+        "test": settings.test,
         "alpha": settings.alpha,
         "reference_draws": settings.reference_draws,
         "datasets": [{"split": ds.split, "n_items": len(ds.originals),
@@ -318,7 +378,8 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     datasets, skipped = load_datasets(cfg.data)
     probe = probe_config(cfg.probe)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
-                              alpha=float(cfg.stats.alpha), reference_draws=str(cfg.stats.reference_draws),
+                              alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
+                              reference_draws=str(cfg.stats.reference_draws),
                               chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress))
     backend = build_backend(cfg.model)
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:

@@ -19,9 +19,9 @@ def c_cont_text(mean: float, std: float, multi: bool) -> str:
 
 
 def _c(res: dict[str, Any], multi: bool) -> str:
-    if res.get("at_floor_all_seeds"):
-        floor_c = min(p["c_cont"] for p in res["per_seed"])
-        return f">{floor_c:.3f}"
+    """C_cont of the test's p, ± the std of the per-seed stability display; `>x` when p is at its floor."""
+    if res.get("at_floor"):
+        return f">{res['c_cont']:.3f}"
     return c_cont_text(res["c_cont"], res.get("c_cont_std", 0.0), multi)
 
 
@@ -57,15 +57,17 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
             cells += [_pm(r["s_ref"], r["s_ref_std"], multi), _pm(r["s"], r["s_std"], multi), _c(r, multi)]
         v = verdict.get((split, variant))
         if v:
-            cells += [f"{v['c_cont']:.3f}",
-                      ("contaminated" if v["contaminated"] else "no evidence") + f" ({v['contaminated_seeds']}/{len(v['per_seed'])} seeds)"]
+            stab = f" (stability: {v['stability_contaminated_seeds']}/{len(v['per_seed'])} seeds)" if multi else ""
+            cells += [c_cont_text(v["c_cont"], 0.0, False), ("contaminated" if v["contaminated"] else "no evidence") + stab]
         else:
             cells += ["–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     seeds = summary.get("seeds", [0])
-    lines += ["", f"Mean ± std over seeds {list(seeds)}; " if multi else "",
-              f"tests: {', '.join(sorted({r['test'] for r in results}))}; combined: Bonferroni over the metrics, "
-              f"alpha = {summary.get('alpha', 0.05)}. `>x` = bootstrap p at its floor 1/(B+1) in every seed."]
+    note = (f"S_ref and C_cont ± std: stability over seeds {list(seeds)} (Monte Carlo stream"
+            + (", reference-draw share" if summary.get("reference_draws") == "per_seed" else "")
+            + "); each C_cont is that of one test over all reference draws. " if multi else "")
+    lines += ["", note + f"Tests: {', '.join(sorted({r['test'] for r in results}))}; combined: Bonferroni over the "
+              f"metrics, alpha = {summary.get('alpha', 0.05)}. `>x`: Monte Carlo p at its floor 1/(B+1)."]
     mal = summary.get("malformed") or []
     if mal:
         lines += ["", "| Dataset | Variant | rows | zero-CoT malformed | full-CoT malformed | full-CoT acc |", "|---|---|---|---|---|---|"]

@@ -420,8 +420,9 @@ def paired_test(metric: str, original: Any, reference: Any, *, B: int = 10_000, 
     refs = [v.item(i)[1] for i in range(n)] if (v.m != m_max).any() else v.r
     if test == "bootstrap":
         p = bootstrap_pvalue(d, B=B, seed=seed)
+        exceed = round(p * (B + 1)) - 1 if n >= 2 else None
         return TestResult(p_value=p, c_cont=c_cont(p), test=f"paired_bootstrap_B{B}", p_floor=1.0 / (B + 1),
-                          n_relabellings=B, exact=False, **common)
+                          exceed=exceed, n_relabellings=B, exact=False, **common)
     if kind == "binary":
         p = binary_null_law(originals, refs).p_value
         name = "exact_mcnemar" if m_max == 1 and k_max == 1 else "exact_permutation"
