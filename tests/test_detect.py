@@ -223,3 +223,54 @@ def test_resume_refuses_records_of_other_weights(tmp_path):
     new.fingerprint = "weights-b"
     with pytest.raises(RuntimeError, match="records of another run"):
         detect(new, [ds], ProbeConfig(), tmp_path, settings)
+
+
+def test_run_dir_is_locked_against_a_second_run(tmp_path):
+    from zcp.io import RunDirError, RunLock
+
+    ds, mem, truth = _dataset(n=5)
+    settings = DetectSettings(bootstrap_samples=100, progress=False)
+    with RunLock(tmp_path), pytest.raises(RunDirError, match="in use by another run"):
+        detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    assert not (tmp_path / "records.jsonl").exists()
+    detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)  # the lock is gone with its holder
+
+
+def test_refused_run_does_not_touch_the_directory(tmp_path):
+    ds, mem, truth = _dataset(n=5)
+    settings = DetectSettings(bootstrap_samples=100, progress=False)
+    detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    called = []
+    with pytest.raises(RuntimeError, match="records of another run"):
+        detect(FakeBackend(mem, truth), [ds], ProbeConfig(metrics=("acc",)), tmp_path, settings,
+               on_ready=lambda: called.append(1))
+    assert not called  # run_detect writes config.yaml in on_ready: never for a refused run
+
+
+def test_records_without_final_newline_and_duplicates_are_repaired(tmp_path):
+    ds, mem, truth = _dataset(n=10)
+    settings = DetectSettings(bootstrap_samples=100, chunk_size=8, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        detect(FakeBackend(mem, truth, fail_after=7), [ds], ProbeConfig(), tmp_path, settings)
+    path = tmp_path / "records.jsonl"
+    lines = path.read_text().splitlines()
+    # a duplicated record (two writers) and a last record that lost its newline
+    path.write_text("\n".join([*lines, lines[0]]))
+    first = detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    again = detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    keys = [(r["split"], r["variant"], r["original_id"], r["draw"]) for r in recs]
+    assert len(keys) == len(set(keys)) == 10 + 30 + 10
+    assert first["results"] == again["results"]
+
+
+def test_truncated_run_meta_names_the_file(tmp_path):
+    from zcp.io import RunDirError
+
+    ds, mem, truth = _dataset(n=5)
+    settings = DetectSettings(bootstrap_samples=100, progress=False)
+    detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+    meta = tmp_path / "run_meta.json"
+    meta.write_text(meta.read_text()[:10])
+    with pytest.raises(RunDirError, match=r"run_meta\.json is truncated"):
+        detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)

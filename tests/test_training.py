@@ -508,3 +508,20 @@ def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
     assert _run_dir(cfg) != first
     with pytest.raises(ValueError, match="base_model_fingerprint"):
         _fingerprint_check(tmp_path / "run", cfg)
+
+
+def test_incomplete_checkpoint_is_skipped_for_the_last_complete_one(tmp_path, caplog):
+    from zcp.training.sft import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "missing") is None
+    for n, complete in ((2, True), (4, False), (10, True), (12, False)):
+        d = tmp_path / f"checkpoint-{n}"
+        d.mkdir()
+        (d / "adapter_model.safetensors").write_bytes(b"x")
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    # killed while saving checkpoint-12: resume from checkpoint-10, not the half-written folder
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
+    assert "checkpoint-12" in caplog.text
+    (tmp_path / "checkpoint-10" / "trainer_state.json").unlink()
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")

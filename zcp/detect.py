@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.data.schema import Item
-from zcp.io import append_jsonl, read_jsonl, stable_hash
+from zcp.io import RunDirError, RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
 from zcp.probe import ProbeConfig, metric_value, probe_items
 from zcp.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
@@ -106,24 +106,33 @@ def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: Probe
 
 
 def _load_existing(path: Path) -> list[dict[str, Any]]:
-    """Records already on disk; a half-written last line (killed writer) is dropped and the file repaired."""
+    """Records already on disk, repaired: a half-written last line (killed writer) is dropped, a last line
+    without its newline gets one (else the next append would glue onto it), and duplicated units (two
+    writers before the run lock existed) are kept once."""
     if not path.exists():
         return []
     rows = list(read_jsonl(path, tolerate_partial_last_line=True))
-    with open(path, encoding="utf-8") as f:
-        n_lines = sum(1 for line in f if line.strip())
-    if n_lines != len(rows):
+    unique: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        unique.setdefault(_key(r), r)
+    raw = path.read_bytes()
+    n_lines = sum(1 for line in raw.splitlines() if line.strip())
+    if n_lines != len(unique) or (raw and not raw.endswith(b"\n")):
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for r in rows:
+            for r in unique.values():
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
-    return rows
+    return list(unique.values())
 
 
 def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
-                    settings: DetectSettings) -> list[dict[str, Any]]:
-    """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk."""
+                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
+
+    `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
+    run_detect writes config.yaml there, so a refused run never overwrites another run's config.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     units = [u for ds in datasets for u in ds.work()]
@@ -133,12 +142,16 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     fp = _fingerprint(units, backend, probe)
     meta_path = out / META
     if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path)
         if meta.get("fingerprint") != fp:
-            raise RuntimeError(f"{out} holds records of another run (model, probe settings or items differ); "
-                               "use a new output_dir")
+            raise RunDirError(f"{out} holds records of another run (model, probe settings or items differ); "
+                              "use a new output_dir")
+    elif (out / RECORDS).exists():
+        raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
     else:
-        meta_path.write_text(json.dumps({"fingerprint": fp, "n_units": len(units)}, indent=2))
+        write_json(meta_path, {"fingerprint": fp, "n_units": len(units)})
+    if on_ready is not None:
+        on_ready()
     path = out / RECORDS
     existing = _load_existing(path)
     done = {_key(r) for r in existing}
@@ -283,13 +296,24 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
 
 def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
            settings: DetectSettings | None = None, *, tracker: Any = None, extra: dict[str, Any] | None = None,
-           title: str | None = None) -> dict[str, Any]:
-    """Probe, test and report; writes records.jsonl, summary.json, table.md and c_cont.png to out_dir."""
-    from zcp.report import results_rows, write_reports
+           title: str | None = None, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Probe, test and report; writes records.jsonl, summary.json, table.md and c_cont.png to out_dir.
+
+    The run directory is locked for the duration (a second run on it refuses at once).
+    """
 
     settings = settings or DetectSettings()
     out = Path(out_dir)
-    records = collect_records(backend, datasets, probe, out, settings)
+    with RunLock(out):
+        return _detect_locked(backend, datasets, probe, out, settings, tracker, extra, title, on_ready)
+
+
+def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: Path,
+                   settings: DetectSettings, tracker: Any, extra: dict[str, Any] | None, title: str | None,
+                   on_ready: Callable[[], Any] | None) -> dict[str, Any]:
+    from zcp.report import results_rows, write_reports
+
+    records = collect_records(backend, datasets, probe, out, settings, on_ready)
     summary: dict[str, Any] = {
         "model": getattr(backend, "name", None),
         "metrics": list(probe.metrics),
@@ -305,7 +329,7 @@ def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConf
         **analyse(records, probe.metrics, settings),
         **(extra or {}),
     }
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
+    write_json(out / SUMMARY, summary)
     paths = write_reports(summary, out, title)
     if tracker is not None:
         tracker.table("results", results_rows(summary))
@@ -370,22 +394,22 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     from zcp.io import model_fingerprint, seed_everything
     from zcp.tracking import Tracker
 
-    seeds = list(cfg.seeds) if cfg.get("seeds") else [int(cfg.seed)]
-    seed_everything(int(seeds[0]))
+    seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
+    seed_everything(int(cfg.seed))
     weights = {"model": model_fingerprint(cfg.model.get("path")), "adapter": model_fingerprint(cfg.model.get("adapter"))}
     out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
-    save_config(cfg, out)
-    datasets, skipped = load_datasets(cfg.data)
-    probe = probe_config(cfg.probe)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
                               alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
                               reference_draws=str(cfg.stats.reference_draws),
                               chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress))
+    probe = probe_config(cfg.probe)
+    datasets, skipped = load_datasets(cfg.data)
     backend = build_backend(cfg.model)
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
         summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
                          extra={"skipped_rows": skipped, "output_dir": str(out)},
-                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}")
+                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
+                         on_ready=lambda: save_config(cfg, out))
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
         if cfg.get("logger") and cfg.logger.get("log_records"):
             files.append(str(out / RECORDS))

@@ -97,6 +97,73 @@ def read_jsonl(path: str | os.PathLike[str], *, tolerate_partial_last_line: bool
             raise DataError(f"invalid JSON ({e.msg})", path=str(path), row=i + 1) from e
 
 
+class RunDirError(RuntimeError):
+    """A run directory that cannot be used as it is (held by another run, or a state file cut short)."""
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, **kwargs: Any) -> Path:
+    """Write JSON atomically (temp file, fsync, rename): a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=2, default=str, **kwargs) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON state file; a truncated or corrupt one raises RunDirError naming it and the way out."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunDirError(f"{path} is truncated or not valid JSON ({e}); zcp writes it atomically, so something "
+                          "else cut it short: delete it to redo the step it records, or use a new output_dir") from None
+
+
+class RunLock:
+    """An exclusive lock on a run directory: a second run on the same directory refuses at once.
+
+    flock on `<dir>/.lock` (released by the OS when the process dies, even by SIGKILL, so a killed run
+    never leaves a stale lock behind).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(run_dir) / ".lock"
+        self._fh: Any = None
+
+    def __enter__(self) -> RunLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise RunDirError(f"{self.path.parent} is in use by another run ({holder}); wait for it to finish "
+                              "or use another output_dir") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (if importable) from one integer."""
     random.seed(seed)

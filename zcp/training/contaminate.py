@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from zcp.data.schema import DataError, Item
-from zcp.io import model_fingerprint, read_jsonl, seed_everything, sha256_file, stable_hash, write_jsonl
+from zcp.io import (
+    model_fingerprint,
+    read_json,
+    read_jsonl,
+    seed_everything,
+    sha256_file,
+    stable_hash,
+    write_json,
+    write_jsonl,
+)
 from zcp.training import data as tdata
 from zcp.training.rewards import score_completion
 from zcp.training.sft import adapter_done, load_model, load_tokenizer
@@ -119,7 +128,7 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
     fp = fp or _config_fingerprint(cfg)
     path = run_dir / "run_config.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json(path)
         if old.get("fingerprint") != fp:
             diff = sorted(k for k in set(old.get("fingerprint", {})) | set(fp)
                           if old.get("fingerprint", {}).get(k) != fp.get(k))
@@ -127,7 +136,7 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
                              "use a fresh output_dir")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"fingerprint": fp, "config": cfg}, indent=2, default=str))
+    write_json(path, {"fingerprint": fp, "config": cfg})
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -222,7 +231,7 @@ def build_training_data(cfg: Mapping[str, Any], items: list[Item], manifest: Any
         "n_clean": sum(r["source"] == "clean" for r in records), "n_grpo_prompts": len(grpo_src),
         "paraphrase_shortfall": short, "cot_missing": missing,
     }
-    (run_dir / "data_counts.json").write_text(json.dumps(counts, indent=2))
+    write_json(run_dir / "data_counts.json", counts)
     return counts
 
 
@@ -254,7 +263,7 @@ def _evaluate_stage(stage: str, model_fn: Any, tokenizer: Any, splits: dict[str,
     """Accuracy per split for one model (cached in eval/<stage>.json); returns (summary, was_run)."""
     out = run_dir / "eval" / f"{stage}.json"
     if out.exists():
-        return json.loads(out.read_text()), False
+        return read_json(out), False
     model = model_fn()
     dev = ecfg.get("device") or ("cuda" if _cuda() else "cpu")  # under accelerate, rank 0 evaluates on its GPU
     model.to(dev)
@@ -271,7 +280,7 @@ def _evaluate_stage(stage: str, model_fn: Any, tokenizer: Any, splits: dict[str,
         summary[split] = {"n": len(rows), "acc": sum(r["correct"] for r in rows) / len(rows),
                           "malformed": sum(r["malformed"] for r in rows) / len(rows)}
     write_jsonl(run_dir / "eval" / f"{stage}.jsonl", records)
-    out.write_text(json.dumps(summary, indent=2))
+    write_json(out, summary)
     return summary, True
 
 
@@ -420,7 +429,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
         for r in sft_records:
             r["chat_template_kwargs"] = dict(ctk)
     grpo_records = list(read_jsonl(run_dir / "grpo_data.jsonl"))
-    counts = json.loads((run_dir / "data_counts.json").read_text())
+    counts = read_json(run_dir / "data_counts.json")
     leaked_ids = sorted({r["original_id"] for r in sft_records if r["source"] == "benchmark"})
     c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
     leaked_set = set(leaked_ids)
@@ -515,7 +524,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
     exposure_path = run_dir / "exposure.json"
     manifest_path = run_dir / "manifest.json"
     if _is_main():
-        (run_dir / "table6.json").write_text(json.dumps(t6, indent=2))
+        write_json(run_dir / "table6.json", t6)
         (run_dir / "table6.md").write_text(table6_markdown(t6) if evals else "evaluation disabled\n")
         exposure = {
             "schema": EXPOSURE_SCHEMA,
@@ -557,9 +566,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
                                                   sort_keys=True, default=str)),
             "versions": _versions(),
         }
-        tmp = exposure_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(exposure, indent=2))
-        os.replace(tmp, exposure_path)
+        write_json(exposure_path, exposure)
         tracker = _tracker(c, run_cfg, run_dir, "contaminate")
         try:
             tracker.table("table6", t6["rows"])

@@ -87,12 +87,24 @@ def trainer_args(config_cls: type, settings: Mapping[str, Any], *, output_dir: s
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
-    """The newest `checkpoint-N` folder under a trainer output dir (to resume after a kill), else None."""
-    if not Path(output_dir).is_dir():
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest COMPLETE `checkpoint-N` folder under a trainer output dir (to resume after a kill), else None.
 
-    return get_last_checkpoint(str(output_dir))
+    A run killed while a checkpoint was being saved leaves a folder without `trainer_state.json` (the
+    trainer writes it last); resuming from it fails, so such folders are skipped (and reported) and the
+    newest complete one is used.
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = []
+    for d in root.iterdir():
+        if d.is_dir() and d.name.startswith("checkpoint-") and d.name[len("checkpoint-"):].isdigit():
+            found.append((int(d.name[len("checkpoint-"):]), d))
+    for _, d in sorted(found, reverse=True):
+        if (d / "trainer_state.json").is_file():
+            return str(d)
+        log.warning("skipping incomplete checkpoint %s (no trainer_state.json: killed while saving)", d)
+    return None
 
 
 def save_adapter_atomic(model: Any, dest: str | os.PathLike[str]) -> Path:
