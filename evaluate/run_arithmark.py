@@ -10,10 +10,12 @@ Outputs go to the Hydra run directory; rerunning with the same `hydra.run.dir` r
 import hydra
 from omegaconf import DictConfig
 
+from zcp.config import one_line_errors
 from zcp.data.arithmark import run_arithmark
 
 
 @hydra.main(config_path="../conf", config_name="arithmark", version_base=None)
+@one_line_errors
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: all logic lives in `zcp.data.arithmark.run_arithmark`."""
     run_arithmark(cfg)

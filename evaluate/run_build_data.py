@@ -12,11 +12,12 @@ through the manifest and the JSONL files, so training never needs to run (or see
 import hydra
 from omegaconf import DictConfig
 
-import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
 from zcp.build_data import build_data
+from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
 
 
 @hydra.main(config_path="../conf", config_name="build_data", version_base=None)
+@one_line_errors
 def main(cfg: DictConfig) -> None:
     build_data(cfg)
 

@@ -11,10 +11,12 @@ checkpoint with RECIPE.md and recipe.json beside it.
 import hydra
 from omegaconf import DictConfig
 
+from zcp.config import one_line_errors
 from zcp.modeling import run_pretrain_base
 
 
 @hydra.main(config_path="../conf", config_name="pretrain_base", version_base=None)
+@one_line_errors
 def main(cfg: DictConfig) -> None:
     run_pretrain_base(cfg)
 

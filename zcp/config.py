@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,37 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
+
+
+class ConfigError(ValueError):
+    """A configuration value a user set wrong (a key, range or path); reported as one line."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean a user mistake (bad file, row, field, config value, busy run directory)."""
+    from zcp.data.schema import DataError
+    from zcp.io import RunDirError
+
+    return (DataError, ConfigError, RunDirError)
+
+
+def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Entry-point decorator: a user mistake exits with status 2 and one line on stderr, no traceback.
+
+    Real bugs keep their full traceback; `HYDRA_FULL_ERROR=1` shows it for user mistakes too.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except user_errors() as e:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -70,13 +106,30 @@ def model_name(model_cfg: Any) -> str:
     return Path(path).name or path
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model_path(path: Any, key: str = "model.path") -> None:
+    """A local model folder that exists, or a string of the hub-id form `org/name`; else ConfigError."""
+    if not path:
+        raise ConfigError(f"{key} is required (a local model folder or a hub id such as Qwen/Qwen2.5-Math-7B-Instruct)")
+    p = Path(str(path)).expanduser()
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+            raise ConfigError(f"{key}={path}: the folder holds no config.json (not a transformers model folder)")
+        return
+    if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
+        raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")
+
+
 def build_backend(model_cfg: Any, progress: bool = False) -> Any:
     """An HFBackend from a `model` config group (local path or hub id, optional LoRA adapter)."""
     from zcp.backends.hf import HFBackend
 
     m = to_dict(model_cfg)
-    if not m.get("path"):
-        raise ValueError("model.path is required (a local folder or a hub id)")
+    check_model_path(m.get("path"), "model.path")
+    if m.get("adapter"):
+        check_model_path(m["adapter"], "model.adapter")
     backend = HFBackend.from_pretrained(
         m["path"], adapter=m.get("adapter"), dtype=m.get("dtype", "auto"), device=m.get("device"),
         trust_remote_code=bool(m.get("trust_remote_code", False)),

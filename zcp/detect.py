@@ -76,23 +76,24 @@ class DetectSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        from zcp.config import ConfigError
         from zcp.stats import TESTS
 
         self.seeds = tuple(int(s) for s in self.seeds)
         if not self.seeds:
-            raise ValueError("seeds must name at least one seed")
+            raise ConfigError("seeds must name at least one seed")
         if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct, got {list(self.seeds)}")
+            raise ConfigError(f"seeds must be distinct, got {list(self.seeds)}")
         if int(self.bootstrap_samples) < 1:
-            raise ValueError(f"stats.bootstrap_samples must be >= 1, got {self.bootstrap_samples}")
+            raise ConfigError(f"stats.bootstrap_samples must be >= 1, got {self.bootstrap_samples}")
         if not 0.0 < float(self.alpha) < 1.0:
-            raise ValueError(f"stats.alpha must lie in (0, 1), got {self.alpha}")
+            raise ConfigError(f"stats.alpha must lie in (0, 1), got {self.alpha}")
         if self.test not in TESTS:
-            raise ValueError(f"stats.test must be one of {list(TESTS)}, not {self.test!r}")
+            raise ConfigError(f"stats.test must be one of {list(TESTS)}, not {self.test!r}")
         if self.reference_draws not in ("all", "per_seed"):
-            raise ValueError(f"stats.reference_draws must be all or per_seed, not {self.reference_draws!r}")
+            raise ConfigError(f"stats.reference_draws must be all or per_seed, not {self.reference_draws!r}")
         if int(self.chunk_size) < 1:
-            raise ValueError(f"run.chunk_size must be >= 1, got {self.chunk_size}")
+            raise ConfigError(f"run.chunk_size must be >= 1, got {self.chunk_size}")
 
 
 def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
@@ -390,12 +391,13 @@ def probe_config(probe_cfg: Any) -> ProbeConfig:
 
 def run_detect(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
-    from zcp.config import build_backend, model_name, run_dir, save_config, to_dict
+    from zcp.config import build_backend, check_model_path, model_name, run_dir, save_config, to_dict
     from zcp.io import model_fingerprint, seed_everything
     from zcp.tracking import Tracker
 
     seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
     seed_everything(int(cfg.seed))
+    check_model_path(cfg.model.get("path"), "model.path")  # before anything is read or loaded
     weights = {"model": model_fingerprint(cfg.model.get("path")), "adapter": model_fingerprint(cfg.model.get("adapter"))}
     out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
