@@ -15,12 +15,22 @@ sometimes as plain equations (``99 + 5 = $104``). They form the item's computati
    for one of them, which is then computed from the others; where that is impossible the variables are
    left unchanged. Unit constants named in the text, ordinals, fractions, times, years, 0 and 1 are
    never perturbed;
-4. draws new values for the question numbers that feed the chain (same digits, round numbers stay
-   round, integers stay integers, percentages in (0, 100]), re-executes the chain and validates: every
-   whole intermediate stays whole, signs are kept, decimals stay short, every reading of every literal
-   still agrees, the final answer changes, and the rewritten question contains exactly the new numbers;
-5. rewrites the question and the worked solution (the steps, the numbers of the prose around them) and
-   checks that every rewritten step evaluates to its stated result.
+4. draws new values for the question numbers that feed the chain: each is the old value times a
+   log-symmetric factor (as likely down as up, so the references are not systematically larger than a
+   benchmark whose numbers skew small), round numbers stay round, integers stay integers and decimals
+   stay decimals, percentages in (0, 100]; re-executes the chain and validates: every whole
+   intermediate stays whole, signs are kept, decimals stay short, every reading of every literal still
+   agrees, the final answer changes but keeps its sign and number of digits, and the rewritten question
+   contains exactly the new numbers and no impossible calendar or clock quantity ("30 hours a day",
+   `scan_impossible_quantities`);
+5. rewrites the question and the worked solution (the steps, the numbers of the prose around them; a
+   whole number prints without ".0", "a"/"an" before a rewritten number agrees with it) and checks
+   that every rewritten step evaluates to its stated result.
+
+Difficulty matching: the m draws of an item target bins of the answer's log-change (smaller or larger,
+by up to or beyond a factor sqrt 2) in the proportions a symmetric log-step restricted to the answer's
+digit range gives (`draw_targets`), so over a benchmark references are about as often larger as smaller
+and the leading digits of the answers keep their distribution (what the zero-CoT probe's p_first scores).
 
 The executed chain is the source of truth for the new answer. An item is rejected, with its reason,
 whenever the chain cannot be trusted: a literal no reading explains, a value computed in prose without
@@ -31,6 +41,7 @@ step), a final answer no step computes. Nothing is dropped silently.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import random
 import re
@@ -49,15 +60,26 @@ __all__ = [
     "Chain",
     "PerturbResult",
     "Step",
+    "answer_digits",
+    "article_for",
+    "calendar_limit",
     "extract_quantities",
     "format_number",
     "gsm8k_item",
     "parse_chain",
     "perturb_gsm8k",
     "perturb_gsm8k_file",
+    "scan_impossible_quantities",
 ]
 
 # ------------------------------------------------------------------------------------------- numbers
+
+# A drawn question number is its old value times a log-uniform factor in [1/SPREAD, SPREAD] (later in the
+# attempt budget up to MAX_SPREAD); a value solved from the others must also stay within MAX_SPREAD.
+SPREAD = 2.0
+MAX_SPREAD = 3.0
+# The new answer keeps its sign and number of digits and stays within this factor of the old one.
+ANSWER_SPREAD = 3.0
 
 NUMBER_WORDS: dict[str, int] = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -210,10 +232,56 @@ class Quantity:
             tens, unit = divmod(int(new), 10)
             word = _WORD_OF[tens * 10] + ("-" + _WORD_OF[unit] if unit else "")
             return word.capitalize() if self.text[:1].isupper() else word
-        text = format_number(new, self.decimals, self.commas and abs(new) >= 1000)
-        if self.text.startswith(".") and text.startswith("0."):
-            text = text[1:]
-        return text
+        return _render_token(self.text, new)
+
+
+def _render_places(old_text: str, new: Fraction) -> int:
+    """Decimal places to print a new value with, in the style of the number it replaces.
+
+    The old number's places are kept ("$1.50" -> "$2.25"), except that a whole new value replacing a
+    number with a fractional part prints without them (10.5 -> 16, never "16.0"); a whole number
+    that was written with zeros ("$2.00") keeps them ("$3.00").
+    """
+    decimals = len(old_text.split(".")[1]) if "." in old_text else 0
+    if decimals and new.denominator == 1 and _parse_decimal(old_text).denominator != 1:
+        return 0
+    return decimals
+
+
+def _render_token(old_text: str, new: Fraction) -> str:
+    """The new value written the way a digit number `old_text` was written (places, commas, a bare '.5')."""
+    text = format_number(new, _render_places(old_text, new), "," in old_text and abs(new) >= 1000)
+    if old_text.startswith(".") and text.startswith("0."):
+        text = text[1:]
+    return text
+
+
+def article_for(value: Fraction) -> str:
+    """'a' or 'an' before a number read aloud: 'an' for 8, 11, 18, 80-89, 800-899, 8,000, 11,000, 18,500 ..."""
+    whole = str(int(abs(value)))
+    lead = whole[: len(whole) % 3 or 3]  # the group read first: "eleven thousand", "eight hundred"
+    return "an" if lead.startswith("8") or lead in ("11", "18") else "a"
+
+
+_ARTICLE_RE = re.compile(r"(?<![A-Za-z'’])(an?|An?|AN)(\s+\$?\s?)\Z")
+
+
+def _substitute(text: str, repl: Sequence[tuple[int, int, str, Fraction, Fraction]]) -> str:
+    """Replace spans (start, end, new text, old value, new value), fixing an article right before each.
+
+    "an 8-hour shift" -> "a 5-hour shift", "a 7-hour" -> "an 8-hour" ("a $8" -> "an $11"); an article
+    that did not agree with the old number (the author's own style) is left as it was.
+    """
+    for s, e, r, old, new in sorted(repl, key=lambda t: t[0], reverse=True):
+        text = text[:s] + r + text[e:]
+        m = _ARTICLE_RE.search(text, max(0, s - 8), s)
+        if m and m.group(1).lower() == article_for(old) and article_for(old) != article_for(new):
+            art = article_for(new)
+            word = art.capitalize() if m.group(1)[0].isupper() else art
+            if m.group(1).isupper() and len(m.group(1)) > 1:
+                word = art.upper()
+            text = text[:m.start(1)] + word + text[m.end(1):]
+    return text
 
 
 def extract_quantities(text: str) -> list[Quantity]:
@@ -261,6 +329,102 @@ def extract_quantities(text: str) -> list[Quantity]:
         out.append(Quantity(m.start(), m.end(), m.group(0), Fraction(value), "word", percent=percent, frozen=frozen))
     out.sort(key=lambda q: q.start)
     return out
+
+
+# ---------------------------------------------------------------------------- calendar and clock
+
+# Lengths in seconds: (shortest, longest). A count of `unit` in one `period` can be at most
+# longest(period) / shortest(unit) (rounded down), except where a partial unit is still a unit.
+_TIME_LENGTH: dict[str, tuple[int, int]] = {
+    "second": (1, 1), "minute": (60, 60), "hour": (3600, 3600), "day": (86400, 86400),
+    "week": (7 * 86400, 7 * 86400), "fortnight": (14 * 86400, 14 * 86400),
+    "month": (28 * 86400, 31 * 86400), "year": (365 * 86400, 366 * 86400),
+}
+_COUNT_OVERRIDES: dict[tuple[str, str], int] = {("month", "year"): 12, ("week", "month"): 5, ("week", "year"): 53}
+_MONTH_DAYS: dict[str, int] = {
+    "january": 31, "february": 29, "march": 31, "april": 30, "may": 31, "june": 30, "july": 31,
+    "august": 31, "september": 30, "october": 31, "november": 30, "december": 31,
+}
+_UNIT_WORDS: dict[str, str] = {
+    "second": "second", "seconds": "second", "sec": "second", "secs": "second",
+    "minute": "minute", "minutes": "minute", "min": "minute", "mins": "minute",
+    "hour": "hour", "hours": "hour", "hr": "hour", "hrs": "hour",
+    "day": "day", "days": "day", "night": "day", "nights": "day",
+    "week": "week", "weeks": "week", "fortnight": "fortnight", "fortnights": "fortnight",
+    "month": "month", "months": "month",
+}
+_PERIOD_WORDS: dict[str, str] = {
+    "minute": "minute", "hour": "hour", "day": "day", "night": "day", "workday": "day", "weekday": "day",
+    "week": "week", "workweek": "week", "fortnight": "fortnight", "month": "month", "year": "year",
+    "daily": "day", "nightly": "day", "weekly": "week", "monthly": "month", "yearly": "year",
+    "annually": "year", "hourly": "hour",
+}
+_UNIT_ALT = "|".join(sorted(_UNIT_WORDS, key=len, reverse=True))
+_PERIOD_ALT = "minute|hour|day|night|workday|weekday|week|workweek|fortnight|month|year"
+_STOP = ("a|an|per|each|every|in|of|out|for|to|and|or|than|that|which|ago|later|before|after|from|with|on|at|"
+         "by|is|are|was|were|more|less|fewer|longer|shorter|left|until|since|then|so|but|if|when")
+_MID = rf"(?:\s+(?!(?:{_STOP})\b)[a-z]+(?:\s+of)?){{0,3}}?"
+_PER = r"(?:\s+(?:a|an|per|each|every|in\s+(?:a|an|one|each|every|the|a\s+single)|of\s+(?:a|an|each|every|the)|" \
+       r"out\s+of\s+(?:a|an|the|each|every))\s+|\s*/\s*)"
+_RATE_RE = re.compile(rf"\s*(?P<unit>{_UNIT_ALT})\b(?:\s+of(?=\s))?{_MID}{_PER}(?P<period>{_PERIOD_ALT})\b",
+                      re.IGNORECASE)
+_ADVERB_RE = re.compile(rf"\s*(?P<unit>{_UNIT_ALT})\b{_MID}\s+(?P<period>daily|nightly|weekly|monthly|yearly|"
+                        r"annually|hourly)\b", re.IGNORECASE)
+_COMPOUND_RE = re.compile(r"\s*-\s*(?P<unit>second|minute|hour|day|week|month)s?(?:\s*-\s*|\s+)"
+                          r"(?:(?:work|school|business|working)\s*-?\s*)?(?P<period>day|week|month|year|"
+                          r"workday|workweek)\b", re.IGNORECASE)
+_MONTH_RE = re.compile(r"\s*days?\s+(?:in|of)\s+(?:the\s+month\s+of\s+)?(?P<month>" + "|".join(_MONTH_DAYS) + r")\b",
+                       re.IGNORECASE)
+_CLOCK_RE = re.compile(r"\s*(?:a\.m\.|p\.m\.|am|pm|o['’]clock)(?![a-z])", re.IGNORECASE)
+_HAS_RE = re.compile(rf"\b(?:a|an|one|each|every|the)\s+(?P<period>{_PERIOD_ALT})\s+(?:has|have|had|contains|"
+                     r"lasts|is|consists\s+of)\s+\Z", re.IGNORECASE)
+_HAS_UNIT_RE = re.compile(rf"\s*(?P<unit>{_UNIT_ALT})\b", re.IGNORECASE)
+
+
+def calendar_limit(unit: str, period: str) -> int | None:
+    """The most `unit`s (second ... month) one `period` (minute ... year) can hold; None if unit >= period."""
+    u, p = _UNIT_WORDS.get(unit.lower(), unit.lower()), _PERIOD_WORDS.get(period.lower(), period.lower())
+    if (u, p) in _COUNT_OVERRIDES:
+        return _COUNT_OVERRIDES[(u, p)]
+    if u not in _TIME_LENGTH or p not in _TIME_LENGTH or _TIME_LENGTH[u][1] >= _TIME_LENGTH[p][0]:
+        return None
+    return _TIME_LENGTH[p][1] // _TIME_LENGTH[u][0]
+
+
+def scan_impossible_quantities(text: str) -> list[str]:
+    """Calendar and clock quantities no calendar or clock allows, as the text phrases them.
+
+    "30 hours a day", "90 days a month", "8 days a week", "13 months a year", "70 minutes an hour",
+    "a 30-hour day", "31 days in April", "a week has 9 days", "14 pm": any number of time units per
+    period above the period's length (hours per day <= 24, days per week <= 7, days per month <= 31,
+    weeks per month <= 5, months per year <= 12, minutes per hour <= 60, hours per week <= 168, days
+    per year <= 366, ...), and clock hours outside 1-12 before am/pm/o'clock. Numbers are read as
+    `extract_quantities` reads them (digits or words); returns the offending phrases in text order.
+    """
+    found: list[str] = []
+    for q in extract_quantities(text):
+        tail = text[q.end:q.end + 120]
+        value = q.value
+        for rx in (_RATE_RE, _ADVERB_RE, _COMPOUND_RE):
+            m = rx.match(tail)
+            if m:
+                limit = calendar_limit(m.group("unit"), m.group("period"))
+                if limit is not None and value > limit:
+                    found.append(text[q.start:q.end + m.end()])
+                break
+        m = _MONTH_RE.match(tail)
+        if m and value > _MONTH_DAYS[m.group("month").lower()]:
+            found.append(text[q.start:q.end + m.end()])
+        m = _CLOCK_RE.match(tail) if text[q.start - 1:q.start] != ":" else None  # "2:38 am": minutes
+        if m and not (1 <= value <= 12 or (value < 13 and value.denominator != 1)):
+            found.append(text[q.start:q.end + m.end()])
+        before = _HAS_RE.search(text[max(0, q.start - 40):q.start])
+        unit = _HAS_UNIT_RE.match(tail) if before else None
+        if before and unit:
+            limit = calendar_limit(unit.group("unit"), before.group("period"))
+            if limit is not None and value > limit:
+                found.append(text[q.start - len(before.group(0)):q.end + unit.end()])
+    return found
 
 
 # -------------------------------------------------------------------------------------------- chain
@@ -503,28 +667,53 @@ class Variable:
         """Most decimal places any occurrence is written with ($1.50 -> 2)."""
         return max((q.decimals for q in self.occurrences), default=0)
 
-    def bounds(self) -> tuple[int, int, int, int]:
-        """(lo, hi, step, scale): new value = k*step/scale with lo <= k*step <= hi (same digits, roundness)."""
+    def draw(self, rng: random.Random, keep_roundness: bool = True, spread: float = SPREAD,
+             lean: int = 0) -> Fraction:
+        """A new value near this one: the value times a log-uniform factor in [1/spread, spread].
+
+        The factor is as likely to be below 1 as above it, so a draw goes down as often as up and
+        keeps the value's order of magnitude (a benchmark's numbers skew small; a draw uniform over
+        the digit range would make references systematically larger); `lean` +1 (-1) makes the factor
+        above (below) 1 three times in four, for a draw aimed at a larger (smaller) answer. The result is rounded to the
+        written decimals, a round number stays round at its new magnitude (100 -> 70 or 200, 15 ->
+        10, 8 or 25), and it must pass `admissible`. Returns the old value when 20 tries fail.
+        """
         scale = 10**self.decimals
         u = int(self.value * scale)
-        digits = len(str(u))
-        lo, hi = (2, 9) if digits == 1 else (10 ** (digits - 1), 10**digits - 1)
-        if any(q.kind == "word" for q in self.occurrences) and self.value <= 20:
-            lo, hi = (2, 9) if self.value < 10 else (10, 20)
-        if self.percent and self.value <= 100:
-            hi = min(hi, 100 * scale)
-        return lo, hi, _roundness(u), scale
+        g = _roundness(u) if keep_roundness else 1
+        log_s = math.log(spread)
+        for _ in range(20):
+            step = rng.uniform(0.0, log_s)
+            up = rng.random() < (0.75 if lean > 0 else 0.25 if lean < 0 else 0.5)
+            x = u * math.exp(step if up else -step)
+            q = _quantum(g, u, x)
+            new = Fraction(max(1, math.floor(x / q + 0.5)) * q, scale)
+            if new != self.value and self.admissible(new):
+                return new
+        return self.value
 
-    def admissible(self, new: Fraction) -> bool:
-        """Whether a computed (constrained) new value keeps this variable's integrality and decimals, its
-        number of digits (the range `bounds` draws from), at least 2, and percentages in (0, 100]."""
+    def admissible(self, new: Fraction, spread: float = MAX_SPREAD) -> bool:
+        """Whether a new (drawn or solved) value keeps this variable's kind: the written decimals, whole
+        stays whole and a fraction stays a fraction ("$1.50" never becomes "$2.00"), at least 2 in the
+        last written place, within a factor `spread` of the old value, percentages in (0, 100]."""
         u = new * 10**self.decimals
-        if u.denominator != 1 or u < 2:
+        if u.denominator != 1 or u < 2 or (new.denominator == 1) != (self.value.denominator == 1):
             return False
         if self.percent and self.value <= 100 and new > 100:
             return False
-        lo, hi, _, _ = self.bounds()
-        return lo <= u <= hi  # the range a drawn value gets: same number of digits (number words: 2-20)
+        return self.value / spread <= new <= self.value * spread
+
+
+def _quantum(g: int, u: int, x: float) -> int:
+    """The step a round number u (multiple of g) keeps at the magnitude of x: for 100, 10 near 70, 100
+    near 300, and 50 between 100 and 200 (so 100 may become 150 as well as 90: steps about as long
+    up as down)."""
+    exp = math.floor(math.log10(x))
+    shift = exp - (len(str(u)) - 1)
+    q = g * 10**shift if shift >= 0 else max(1, g // 10**-shift)
+    if x < 2 * 10**exp and q % 10 == 0:
+        q //= 2
+    return q
 
 
 def _roundness(u: int) -> int:
@@ -844,17 +1033,6 @@ def _bind(chain: Chain, candidates: list[list[list[Source]]], variables: list[Va
 # ------------------------------------------------------------------------------------- perturbation
 
 
-def _draw(var: Variable, rng: random.Random, keep_roundness: bool = True) -> Fraction:
-    """A new value for a variable: same digits (and roundness), same integrality and decimals."""
-    lo, hi, g, scale = var.bounds()
-    if not keep_roundness:
-        g = 1
-    k_lo, k_hi = -(-lo // g), hi // g
-    if k_hi < k_lo:  # pragma: no cover - bounds always contain the original value
-        return var.value
-    return Fraction(rng.randint(k_lo, k_hi) * g, scale)
-
-
 @dataclass
 class _Draw:
     values: dict[int, Fraction]  # variable -> new value (only those that changed)
@@ -908,9 +1086,100 @@ def _try(an: _Analysis, new: dict[int, Fraction]) -> tuple[_Draw | None, str]:
     for target, kind, terms in an.relations:
         if _relation_value(kind, [value(t) for t in terms]) != value(target):
             return None, "a relation between the question's numbers would break"
-    if results[chain.final_step] == chain.answer:
+    answer = results[chain.final_step]
+    if answer == chain.answer:
         return None, "the final answer did not change"
+    if answer_digits(answer) != answer_digits(chain.answer):
+        return None, "the final answer changed its number of digits"
+    if not chain.answer / ANSWER_SPREAD <= answer <= chain.answer * ANSWER_SPREAD:
+        return None, f"the final answer moved by more than a factor {ANSWER_SPREAD:g}"
     return _Draw(dict(new), literals, results), ""
+
+
+def answer_digits(value: Fraction) -> int:
+    """Digits of the whole part of |value| (0.75 -> 1, 1,250 -> 4): what a reference answer must keep."""
+    return len(str(int(abs(value))))
+
+
+def _side_windows(answer: Fraction, spread: float) -> dict[int, float]:
+    """Lengths (in log) of the four target bins of `answer`: -2/-1 smaller, +1/+2 larger; 1 within a
+    factor sqrt(spread), 2 beyond (up to spread), each cut to the answers with the same sign and digits."""
+    a = abs(answer)
+    d = answer_digits(a)
+    whole = a.denominator == 1
+    lo = Fraction(10 ** (d - 1)) if d > 1 else Fraction(1 if whole else 0)
+    hi = Fraction(10**d - 1) if whole else Fraction(10**d)
+    log_s = math.log(spread)
+    up = min(log_s, math.log(hi / a)) if hi > a else 0.0
+    down = (min(log_s, math.log(a / lo)) if lo > 0 else log_s) if a > lo else 0.0
+    half = log_s / 2
+    return {-2: max(0.0, down - half), -1: min(half, down), 1: min(half, up), 2: max(0.0, up - half)}
+
+
+def p_larger(answer: Fraction | int | float | str, spread: float = SPREAD) -> float:
+    """Probability that a reference answer should be larger than `answer` (in magnitude).
+
+    The answer's log moves by a symmetric (uniform) step in [-log spread, log spread], restricted to
+    the answers with the same sign and number of digits: the chance of going up is the share of that
+    window above the answer. 50 -> 0.5; 12 -> 0.79 (only 10 and 11 lie below); 85 -> 0.19; 10 -> 1.
+    Over Benford-distributed answers (uniform log within a digit range) the up and down moves
+    balance and the leading digits keep their distribution, which a fixed 50/50 split would not do
+    (answers in the 80s would crowd into the 90s).
+    """
+    a = Fraction(str(answer)) if isinstance(answer, float | str) else Fraction(answer)
+    if a == 0:
+        return 0.5
+    w = _side_windows(a, spread)
+    total = sum(w.values())
+    return (w[1] + w[2]) / total if total > 0 else 0.5
+
+
+def draw_targets(answer: Fraction | int | float | str, m: int, rng: random.Random,
+                 spread: float = SPREAD) -> list[int]:
+    """Target bins of m reference draws of one answer (see `answer_bin`), by systematic sampling of
+    the symmetric log-window of `p_larger`: each bin gets floor or ceil of m times its share, so m
+    draws hold as many larger answers as the window allows and the moves are as long up as down.
+    An answer of 0 gets 0 (any bin) for every draw."""
+    a = Fraction(str(answer)) if isinstance(answer, float | str) else Fraction(answer)
+    if a == 0:
+        return [0] * m
+    w = _side_windows(a, spread)
+    total = sum(w.values())
+    order = [b for b in (-2, -1, 1, 2) if w[b] > 0]
+    if total <= 0:  # pragma: no cover - a nonzero answer always has room on one side
+        return [0] * m
+    u = rng.random()
+    out = []
+    for j in range(m):
+        x, acc = ((u + j / m) % 1.0) * total, 0.0
+        for b in order:
+            acc += w[b]
+            if x < acc:
+                break
+        out.append(b)
+    return out
+
+
+def answer_bin(old: Fraction | int | float | str, new: Fraction | int | float | str, spread: float = SPREAD) -> int:
+    """The bin of a new answer: +1 larger by at most a factor sqrt(spread), +2 larger by more; -1, -2
+    smaller likewise (in magnitude); 0 when the old answer is 0 or the magnitude is equal."""
+    a = abs(Fraction(str(old)) if isinstance(old, float | str) else Fraction(old))
+    b = abs(Fraction(str(new)) if isinstance(new, float | str) else Fraction(new))
+    if a == 0 or a == b:
+        return 0
+    if b == 0:
+        return -2
+    r = math.log(b / a)
+    return (1 if r > 0 else -1) * (1 if abs(r) <= math.log(spread) / 2 else 2)
+
+
+def fallback_bins(target: int) -> list[int]:
+    """Bins to take a draw from when `target` has none: itself, the same side, then the other side."""
+    if target == 0:
+        return [0, -1, 1, -2, 2]
+    side = 1 if target > 0 else -1
+    other = 3 - abs(target)
+    return [target, side * other, -target, -side * other]
 
 
 def _compiled(an: _Analysis) -> dict[int, Any]:
@@ -923,20 +1192,58 @@ def _compiled(an: _Analysis) -> dict[int, Any]:
     return an.compiled
 
 
-def _sample(an: _Analysis, rng: random.Random, stage: int) -> tuple[dict[int, Fraction] | None, str]:
-    """Draw new values: stage 0 all free variables, round numbers stay round; stage 1 any digits;
-    stage 2 also a random subset of the free variables (the others keep their values)."""
+def _dependents(an: _Analysis, new: dict[int, Fraction]) -> dict[int, Fraction]:
+    """The solved variables' values for drawn values `new` (raises ZeroDivisionError etc. when undefined)."""
+    env = {f"v{vi}": new.get(vi, v.value) for vi, v in enumerate(an.variables)}
+    return {vi: Fraction(eval(code, {"F": Fraction, "__builtins__": {}}, env))  # our own sympy output
+            for vi, code in _compiled(an).items()}
+
+
+def _leanings(an: _Analysis) -> dict[int, int]:
+    """For each free variable, +1 if raising it raises |answer| (at the original values), -1 if it
+    lowers it, 0 if neither or unknown: which way to lean a draw that should make the answer larger."""
+    out: dict[int, int] = {}
+    for vi in an.free:
+        new = {vi: an.variables[vi].value * Fraction(1001, 1000)}
+        try:
+            new.update(_dependents(an, new))
+            results: list[Fraction] = []
+            for k, st in enumerate(an.chain.steps):
+                vals = [src[1] if src[0] == "c" else results[src[1]] if src[0] == "r" else
+                        an.variables[src[1]].forms[src[2]](new.get(src[1], an.variables[src[1]].value))
+                        for src in an.bindings[k]]
+                results.append(st.evaluate(vals))
+        except (ZeroDivisionError, TypeError, ValueError, NameError):
+            out[vi] = 0
+            continue
+        delta = abs(results[an.chain.final_step]) - abs(an.chain.answer)
+        out[vi] = (delta > 0) - (delta < 0)
+    return out
+
+
+_STAGE_SPREAD = (SPREAD, 2.5, MAX_SPREAD)
+
+
+def _sample(an: _Analysis, rng: random.Random, stage: int, direction: int = 0,
+            leanings: dict[int, int] | None = None) -> tuple[dict[int, Fraction] | None, str]:
+    """Draw new values near the old ones (`Variable.draw`): stage 0 all free variables, round numbers
+    stay round, factors in [1/2, 2]; stage 1 any last digit, factors up to 2.5; stage 2 up to 3 and
+    also a random subset of the free variables (the others keep their values).
+
+    `direction` (+1 a larger answer, -1 a smaller one) leans each draw the way that moves the answer
+    there (`leanings`), 3 times in 4; the draws of both directions together stay symmetric."""
     chosen = list(an.free)
     if stage >= 2 and len(chosen) > 1:
         chosen = rng.sample(chosen, rng.randint(1, len(chosen) - 1))
-    new = {vi: _draw(an.variables[vi], rng, keep_roundness=stage == 0) for vi in chosen}
+    new = {vi: an.variables[vi].draw(rng, keep_roundness=stage == 0, spread=_STAGE_SPREAD[stage],
+                                     lean=direction * (leanings or {}).get(vi, 0))
+           for vi in chosen}
     if an.dependent:
-        env = {f"v{vi}": new.get(vi, v.value) for vi, v in enumerate(an.variables)}
-        for vi, code in _compiled(an).items():
-            try:
-                fval = Fraction(eval(code, {"F": Fraction, "__builtins__": {}}, env))  # our own sympy output
-            except (ZeroDivisionError, TypeError, ValueError, NameError):
-                return None, "a constrained value is undefined"
+        try:
+            solved = _dependents(an, new)
+        except (ZeroDivisionError, TypeError, ValueError, NameError):
+            return None, "a constrained value is undefined"
+        for vi, fval in solved.items():
             if not an.variables[vi].admissible(fval):
                 return None, "a constrained value left its range"
             new[vi] = fval
@@ -948,19 +1255,9 @@ def _sample(an: _Analysis, rng: random.Random, stage: int) -> tuple[dict[int, Fr
 
 
 def _rewrite_question(an: _Analysis, new: dict[int, Fraction]) -> str:
-    repl = [(q.start, q.end, q.render(val)) for vi, val in new.items() for q in an.variables[vi].occurrences]
-    text = an.question
-    for s, e, r in sorted(repl, reverse=True):
-        text = text[:s] + r + text[e:]
-    return text
-
-
-def _render_token(old_text: str, value: Fraction) -> str:
-    decimals = len(old_text.split(".")[1]) if "." in old_text else 0
-    text = format_number(value, decimals, "," in old_text and abs(value) >= 1000)
-    if old_text.startswith(".") and text.startswith("0."):
-        text = text[1:]
-    return text
+    repl = [(q.start, q.end, q.render(val), q.value, val) for vi, val in new.items()
+            for q in an.variables[vi].occurrences]
+    return _substitute(an.question, repl)
 
 
 def _rewrite_solution(an: _Analysis, draw: _Draw, solution: str) -> str:
@@ -984,10 +1281,9 @@ def _rewrite_solution(an: _Analysis, draw: _Draw, solution: str) -> str:
             local.setdefault(old, []).append(new)
         pieces.append(_map_text(solution[pos:st.start], local, global_map, known_constant, after_annotation))
         repl = [*zip(st.spans, draw.literals[k], strict=True), *((sp, draw.results[k]) for sp in st.result_spans)]
-        seg = solution[st.start:st.end]
-        for (s, e), v in sorted(repl, key=lambda t: t[0], reverse=True):
-            seg = seg[:s - st.start] + _render_token(solution[s:e], v) + seg[e - st.start:]
-        pieces.append(seg)
+        pieces.append(_substitute(solution[st.start:st.end],
+                                  [(s - st.start, e - st.start, _render_token(solution[s:e], v),
+                                    _parse_decimal(solution[s:e]), v) for (s, e), v in repl]))
         pos = st.end
         after_annotation = None if st.visible else (st.result, draw.results[k])
     pieces.append(_map_text(solution[pos:], {}, global_map, known_constant, after_annotation))
@@ -998,7 +1294,7 @@ def _map_text(text: str, local: dict[Fraction, list[Fraction]], global_map: dict
               known_constant: set[Fraction], after_annotation: tuple[Fraction, Fraction] | None) -> str:
     """Replace the numbers of a prose segment; raise ValueError when a number has no single new value."""
     used: Counter = Counter()
-    repl: list[tuple[int, int, str]] = []
+    repl: list[tuple[int, int, str, Fraction, Fraction]] = []
     for n, q in enumerate(extract_quantities(text)):
         old = q.value
         if q.kind == "word" and old not in local:
@@ -1022,10 +1318,8 @@ def _map_text(text: str, local: dict[Fraction, list[Fraction]], global_map: dict
         else:
             raise ValueError(f"the solution's number {q.text} is not explained by the chain")
         if new != old:
-            repl.append((q.start, q.end, q.render(new)))
-    for s, e, r in sorted(repl, reverse=True):
-        text = text[:s] + r + text[e:]
-    return text
+            repl.append((q.start, q.end, q.render(new), old, new))
+    return _substitute(text, repl)
 
 
 # --------------------------------------------------------------------------------------------- API
@@ -1049,10 +1343,17 @@ class PerturbResult:
 def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> PerturbResult:
     """Up to `m` distinct exact isomorphic perturbations of a GSM8K item, or the reason why not.
 
-    Draws change every free question quantity at once, keeping round numbers round; later in the
-    attempt budget they drop the roundness, then also try subsets (a divisibility constraint can make
-    changing all of them at once impossible). Each draw
-    is re-executed and validated (see the module docstring). Deterministic in (item id, seed).
+    Draws change every free question quantity at once, each by a log-symmetric factor around its old
+    value, keeping round numbers round; later in the attempt budget they drop the roundness and widen
+    the factor, then also try subsets (a divisibility constraint can make changing all of them at once
+    impossible). Each draw is re-executed and validated (see the module docstring); the answer keeps
+    its sign and number of digits, and no calendar or clock quantity becomes impossible.
+
+    Difficulty matching: each of the m draws targets a bin of the answer's change (smaller or larger,
+    by up to or beyond a factor sqrt 2; `draw_targets`), and proposals lean the way that moves the
+    answer there (`_leanings`). A bin no valid draw reaches within the budget is given up for the
+    nearest one that has draws (an answer of 10 cannot get smaller and keep two digits).
+    Deterministic in (item id, seed).
     """
     where = f"row {item.metadata['row']}: " if "row" in item.metadata else ""
     try:
@@ -1060,15 +1361,25 @@ def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Pe
     except ValueError as e:
         return PerturbResult(item.id, reason=where + str(e))
     rng = random.Random(int(stable_hash(f"gsm8k-ref|{item.id}|{seed}"), 16))
+    answer = an.chain.answer
+    wanted = draw_targets(answer, m, rng)
+    need = Counter(wanted)
     old_perturbed = {an.variables[vi].value for vi in [*an.free, *an.dependent]}
-    items: list[Item] = []
+    found: dict[int, list[_Draw]] = {b: [] for b in (-2, -1, 0, 1, 2)}  # validated draws, by bin
+    spare: dict[int, list[_Draw]] = {b: [] for b in (-2, -1, 0, 1, 2)}  # draws of full bins, checked when used
     seen: set[tuple] = set()
     reasons: Counter = Counter()
+    base_findings = _findings(item.question, item.solution or "")
+    leanings = _leanings(an)
     attempts = 0
-    while len(items) < m and attempts < max_attempts:
+    while attempts < max_attempts:
+        short = [b for b in need if len(found[b]) < need[b]]
+        if not short:
+            break
         attempts += 1
         stage = 0 if attempts <= 0.4 * max_attempts else (1 if attempts <= 0.7 * max_attempts else 2)
-        new, why = _sample(an, rng, stage)
+        target = short[attempts % len(short)]
+        new, why = _sample(an, rng, stage, (target > 0) - (target < 0), leanings)
         if new is None:
             reasons[why] += 1
             continue
@@ -1084,10 +1395,25 @@ def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Pe
         if draw is None:
             reasons[why] += 1
             continue
+        b = answer_bin(answer, draw.results[an.chain.final_step])
+        if len(found[b]) >= need.get(b, 0):
+            if len(spare[b]) < m:
+                spare[b].append(draw)
+            continue
         try:
-            items.append(_make_reference(item, an, draw, len(items)))
+            _make_reference(item, an, draw, 0, base_findings)
         except ValueError as e:
             reasons[str(e)] += 1
+            continue
+        found[b].append(draw)
+    chosen: list[_Draw] = []
+    for target in wanted:
+        for b in fallback_bins(target):
+            pick = _take(found[b]) or _take_valid(spare[b], item, an, base_findings)
+            if pick is not None:
+                chosen.append(pick)
+                break
+    items = [_make_reference(item, an, draw, j, base_findings) for j, draw in enumerate(chosen)]
     reason = None
     if len(items) < m:
         top = reasons.most_common(1)[0][0] if reasons else "no new combination of values"
@@ -1095,8 +1421,30 @@ def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Pe
     return PerturbResult(item.id, items, reason, attempts)
 
 
-def _make_reference(item: Item, an: _Analysis, draw: _Draw, j: int) -> Item:
-    """Rewrite question and solution for a validated draw, and check both against the chain."""
+def _take(pool: list[_Draw]) -> _Draw | None:
+    return pool.pop(0) if pool else None
+
+
+def _take_valid(pool: list[_Draw], item: Item, an: _Analysis, base_findings: tuple[Counter, int]) -> _Draw | None:
+    """The first draw of `pool` whose rewritten item passes every check (removed from the pool)."""
+    while pool:
+        draw = pool.pop(0)
+        try:
+            _make_reference(item, an, draw, 0, base_findings)
+        except ValueError:
+            continue
+        return draw
+    return None
+
+
+def _findings(question: str, solution: str) -> tuple[Counter, int]:
+    """Impossible calendar/clock phrases of a question (as a multiset) and how many its solution has."""
+    return Counter(scan_impossible_quantities(question)), len(scan_impossible_quantities(_ANN_RE.sub(" ", solution)))
+
+
+def _make_reference(item: Item, an: _Analysis, draw: _Draw, j: int,
+                    base_findings: tuple[Counter, int] | None = None) -> Item:
+    """Rewrite question and solution for a validated draw, and check both against the chain and the calendar."""
     question = _rewrite_question(an, draw.values)
     changed = {an.variables[vi].value: v for vi, v in draw.values.items()}
     got = Counter(q.value for q in extract_quantities(question))
@@ -1109,6 +1457,12 @@ def _make_reference(item: Item, an: _Analysis, draw: _Draw, j: int) -> Item:
     check = parse_chain(solution, format_number(answer))  # every rewritten step evaluates as stated
     if [s.result for s in check.steps] != draw.results:
         raise ValueError("the rewritten solution does not re-execute to the new chain")
+    # no impossible calendar or clock quantity ("30 hours a day") that the original did not have; an
+    # aggregate the original's solution already states ("12000 minutes a day" of patient time) may change
+    q_found, s_found = _findings(question, solution)
+    q_base, s_base = base_findings or _findings(item.question, item.solution or "")
+    if q_found - q_base or s_found > s_base:
+        raise ValueError(f"an impossible calendar or clock quantity: {sorted((q_found - q_base) or ['in the solution'])[0]}")
     values = {format_number(an.variables[vi].value): format_number(v) for vi, v in sorted(draw.values.items())}
     return Item(
         id=f"{item.id}::ref{j}",
