@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# Everything str.splitlines() breaks at, with the spaces around it.
+_LINE_BREAKS = re.compile("\\s*[\\n\\r\\x0b\\x0c\\x1c\\x1d\\x1e\\x85\\u2028\\u2029]+\\s*")
+
 
 class DataError(ValueError):
-    """Bad input data; the message names the file, the row (1-based line) and the field."""
+    """Bad input data; the message names the file, the row (1-based line) and the field.
+
+    The message is always one line (line breaks inside it, e.g. from a quoted question, become spaces), so
+    a log or a CI summary shows the whole reason.
+    """
 
     def __init__(self, message: str, *, path: str | None = None, row: int | None = None,
                  field: str | None = None) -> None:
@@ -18,7 +26,7 @@ class DataError(ValueError):
                 f"field '{field}'" if field else "",
             ) if part
         )
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(_LINE_BREAKS.sub(" ", f"{where}: {message}" if where else message))
         self.path, self.row, self.field = path, row, field
 
 
