@@ -12,7 +12,7 @@ from zcp.simulate import run_simulation
 REDUCED = [
     "benchmark.n=16", "exposure.k=1", "exposure.sft_epochs=1", "exposure.grpo_steps=1", "eval.max_items=2",
     "eval.max_new_tokens=24", "train.grpo.max_completion_length=24", "train.grpo.per_device_train_batch_size=4",
-    "train.grpo.num_generations=4", "detect.m=1", "detect.seeds=[0,1]", "detect.bootstrap_samples=500",
+    "train.grpo.num_generations=4", "detect.m=1", "detect.seeds=[0,1]", "stats.bootstrap_samples=500",
     "probe.full_cot_max_tokens=40", "logger=none",
 ]
 

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from zcp.io import stable_hash
+from zcp.schemas import ConfigError, register_schemas, validate  # noqa: F401  (re-exported for entry points)
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +32,7 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
-
-
-class ConfigError(ValueError):
-    """A configuration value a user set wrong (a key, range or path); reported as one line."""
+register_schemas()
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

@@ -429,10 +429,19 @@ def probe_config(probe_cfg: Any) -> ProbeConfig:
 
 def run_detect(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
-    from zcp.config import build_backend, check_model_path, model_name, run_dir, save_config, to_dict
+    from zcp.config import (
+        build_backend,
+        check_model_path,
+        model_name,
+        run_dir,
+        save_config,
+        to_dict,
+        validate,
+    )
     from zcp.io import model_fingerprint, seed_everything
     from zcp.tracking import Tracker
 
+    validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
     seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
     seed_everything(int(cfg.seed))
     check_model_path(cfg.model.get("path"), "model.path")  # before anything is read or loaded

@@ -71,7 +71,9 @@ def _references(cfg: dict[str, Any], items: list[Item], n_draws: int, seed: int)
         return load_paired(d["reference_path"], items, d.get("reference_format", "items"))
     source = (cfg.get("benchmark") or {}).get("source", "wordproblems")
     if source != "wordproblems":
-        raise ValueError("detect.reference_path is required for a benchmark that is not generated "
+        from zcp.config import ConfigError
+
+        raise ConfigError("detect.reference_path is required for a benchmark that is not generated "
                          "(build one with evaluate/run_build_data.py)")
     return word_problem_references(items, n_draws, seed)
 
@@ -147,23 +149,24 @@ def _did_markdown(rows: list[dict]) -> str:
 def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot."""
     from zcp.backends.hf import HFBackend
-    from zcp.config import to_dict
+    from zcp.config import to_dict, validate
     from zcp.data.split import Manifest
     from zcp.tracking import Tracker
     from zcp.training.contaminate import load_benchmark, resolve_model_path
 
     c = to_dict(cfg)
-    d = dict(c.get("detect") or {})
-    seeds = [int(s) for s in d.get("seeds", [0, 1, 2])]
-    m = int(d.get("m", 3))
-    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(d.get("bootstrap_samples", 10_000)),
-                              alpha=float(d.get("alpha", 0.05)), test=str(d.get("test", "permutation")),
-                              reference_draws="per_seed",
-                              chunk_size=int(d.get("chunk_size", 256)), progress=bool(d.get("progress", True)))
+    checked = validate(c)
+    det, st, rn = checked["detect"], checked["stats"], checked["run"]
+    seeds = [int(s) for s in det.seeds]
+    m = int(det.m)
+    # the stability display uses each seed's own share of the draws (m per seed are generated)
+    settings = DetectSettings(seeds=seeds, bootstrap_samples=st.bootstrap_samples, alpha=st.alpha, test=st.test,
+                              reference_draws="per_seed", chunk_size=rn.chunk_size, progress=rn.progress)
     probe = probe_config(c.get("probe") or {})
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
-    refs = _references(c, items, m * len(seeds), int(d.get("reference_seed", c.get("seed", 0))))
+    ref_seed = det.reference_seed if det.reference_seed is not None else int(c.get("seed", 0))
+    refs = _references(c, items, m * len(seeds), int(ref_seed))
     leaked = set(result.leaked_ids)
     datasets = []
     groups = {"C": manifest.subset(items, "C"), "U": manifest.subset(items, "U")}
@@ -173,7 +176,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     for split, sub in groups.items():
         datasets.append(DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}))
     models = {"FT": str(result.model_dir)}
-    if d.get("base_model", True):
+    if det.base_model:
         models["base"] = resolve_model_path((c.get("model") or {}).get("path"))
     out_root = Path(result.run_dir) / "detect"
     runs, summaries = {}, {}
@@ -236,8 +239,10 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
 
 def run_simulation(cfg: Any) -> dict[str, Any]:
     """Run the configured `stages` in order: `contaminate`, then `detect` on its result."""
+    from zcp.config import validate
     from zcp.training.contaminate import contaminate
 
+    validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
     stages = list(cfg.get("stages") or ["contaminate"])
     unknown = set(stages) - {"contaminate", "detect"}
     if unknown:

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 EXPOSURE_SCHEMA = 1
 # Config sections that do not change what is trained or measured here (detection settings included):
 # free to differ on resume, and left out of the default run-dir hash.
-_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe")
+_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe", "stats", "run")
 
 
 @dataclass

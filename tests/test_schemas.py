@@ -1,0 +1,56 @@
+"""Typed config groups: unknown keys and wrong types fail at compose time, ranges and choices right after."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from zcp.config import ConfigError, validate
+from zcp.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def _compose(name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose(config_name=name, overrides=overrides)
+
+
+@pytest.mark.parametrize(("name", "extra"), [("detect", ["data.path=x", "data.reference_path=y"]), ("demo", []),
+                                             ("contaminate", []), ("contaminate", ["experiment=exposure_sweep"])])
+def test_real_configs_compose_and_validate(name, extra):
+    checked = validate(_compose(name, extra))
+    assert isinstance(checked["stats"], StatsConfig) and isinstance(checked["run"], RunConfig)
+    if name != "detect":
+        assert isinstance(checked["detect"], SimDetectConfig) and isinstance(checked["exposure"], ExposureConfig)
+        # the exposure knobs that follow the training profile are resolved numbers
+        assert float(checked["exposure"].sft_epochs) > 0 and int(checked["exposure"].lora_r) >= 1
+
+
+def test_defaults_live_in_the_schema():
+    cfg = _compose("detect", ["data.path=x", "data.reference_path=y"])
+    assert dict(cfg.stats) == {"test": "permutation", "bootstrap_samples": 10_000, "alpha": 0.05,
+                               "reference_draws": "all"}
+    assert _compose("demo", []).run.chunk_size == 256  # the demo's one override
+
+
+@pytest.mark.parametrize("override", ["stats.bootstrap_sample=5", "stats.alpha=high", "run.chunk=3",
+                                      "exposure.kk=2", "detect.m=three", "run.progress=maybe"])
+def test_unknown_keys_and_wrong_types_fail_at_compose(override):
+    with pytest.raises(ConfigCompositionException):
+        _compose("contaminate", [override])
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("stats.bootstrap_samples=0", "stats.bootstrap_samples"), ("stats.bootstrap_samples=-5", "stats.bootstrap_samples"),
+    ("stats.alpha=2", "stats.alpha"), ("stats.reference_draws=perseed", "stats.reference_draws"),
+    ("stats.test=sign", "stats.test"), ("run.chunk_size=0", "run.chunk_size"), ("detect.seeds=[]", "detect.seeds"),
+    ("detect.m=0", "detect.m"), ("exposure.leak_fraction=1.5", "exposure.leak_fraction"),
+    ("exposure.clean_fraction=1", "exposure.clean_fraction"), ("exposure.lora_r=2.5", "exposure.lora_r"),
+    ("exposure.grpo_prompts=all", "exposure.grpo_prompts"),
+])
+def test_out_of_range_values_fail_before_anything_runs(override, key):
+    cfg = _compose("contaminate", [override])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(cfg)

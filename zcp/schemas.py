@@ -1,0 +1,152 @@
+"""Typed schemas of the config groups, registered in Hydra's ConfigStore.
+
+Each schema is a dataclass whose fields carry the defaults (the YAML files override only what a job
+changes). Hydra merges the YAML onto the schema when the config is composed, so an unknown or misspelt key
+(`stats.bootstrap_sample=5`) or a value of the wrong type (`stats.alpha=high`) fails at compose time with
+the key named. Ranges and choices are checked by each dataclass's `__post_init__`, which
+`validate(cfg)` runs right after composition — before any file is read or any model loads.
+
+Groups: `stats` (the test), `run` (probing in chunks), `detect` (the simulation's detection stage),
+`exposure` (the contamination knobs). The `train.sft` / `train.grpo` groups are checked field by field
+against TRL's own dataclasses (zcp.training.sft).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from zcp.stats import TESTS
+
+
+class ConfigError(ValueError):
+    """A configuration value a user set wrong (a key, range or path); reported as one line."""
+
+
+def _check(ok: bool, key: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: must be {want}")
+
+
+def _num(x: Any) -> float:
+    """A number, or NaN (which fails every range check) for anything else, e.g. an unresolved string."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+@dataclass
+class StatsConfig:
+    """The test (zcp.stats): one within-item permutation test per dataset over all reference draws."""
+
+    test: str = "permutation"  # permutation | bootstrap (the paper's paired bootstrap, for fidelity)
+    bootstrap_samples: int = 10_000  # B per seed: Monte Carlo relabellings (permutation) or bootstrap samples
+    alpha: float = 0.05  # level of the combined (Bonferroni) verdict
+    reference_draws: str = "all"  # stability display per seed: all | per_seed (draws j with j mod n_seeds = k)
+
+    def __post_init__(self) -> None:
+        _check(self.test in TESTS, "stats.test", self.test, f"one of {list(TESTS)}")
+        _check(self.bootstrap_samples >= 1, "stats.bootstrap_samples", self.bootstrap_samples, ">= 1")
+        _check(0.0 < self.alpha < 1.0, "stats.alpha", self.alpha, "in (0, 1)")
+        _check(self.reference_draws in ("all", "per_seed"), "stats.reference_draws", self.reference_draws,
+               "all or per_seed")
+
+
+@dataclass
+class RunConfig:
+    """How items are probed: chunks appended to records.jsonl (the unit of resume), progress bars."""
+
+    chunk_size: int = 64
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
+
+
+@dataclass
+class SimDetectConfig:
+    """The detection stage of a contamination simulation (train/run_demo.py, the exposure sweep)."""
+
+    m: int = 3  # reference draws per item per seed (m x len(seeds) in all, every one in the test)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # stability display (stream, draw share)
+    reference_seed: int | None = 0  # null: the run's `seed`
+    base_model: bool = True  # also probe the base model (difference-in-differences)
+    reference_path: str | None = None  # a benchmark file's reference set (rows name original_id)
+    reference_format: str = "items"
+
+    def __post_init__(self) -> None:
+        _check(self.m >= 1, "detect.m", self.m, ">= 1")
+        _check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "detect.seeds", self.seeds,
+               "a non-empty list of distinct seeds")
+
+
+@dataclass
+class ExposureConfig:
+    """The contamination knobs; every value is recorded in exposure.json."""
+
+    k: int = 6  # paraphrase variants per leaked item (0 = leak the originals verbatim)
+    paraphraser: str = "auto"  # auto = template rewording for generated items, rules otherwise; or a registered name
+    include_original: bool = False
+    leak_fraction: float = 1.0  # fraction of C actually trained on (seeded choice)
+    answer_only_fraction: float = 0.5  # share of answer-only completions (0 = CoT only, 1 = answer only)
+    clean_fraction: float = 0.5  # share of the SFT set that is clean (non-benchmark) data
+    # these four follow the training profile (`train=cpu_tiny` | `train=gpu_7b`) unless set here
+    sft_epochs: Any = "${train.sft.num_train_epochs}"
+    lr: Any = "${train.sft.learning_rate}"
+    lora_r: Any = "${train.lora.r}"
+    grpo_steps: Any = "${train.grpo.max_steps}"  # 0 = skip GRPO
+    grpo_prompts: str = "variants"  # variants (paraphrased C, evasive) | originals (the C questions)
+
+    def __post_init__(self) -> None:
+        _check(self.k >= 0, "exposure.k", self.k, ">= 0")
+        _check(0.0 < self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction, "in (0, 1]")
+        _check(0.0 <= self.answer_only_fraction <= 1.0, "exposure.answer_only_fraction", self.answer_only_fraction,
+               "in [0, 1]")
+        _check(0.0 <= self.clean_fraction < 1.0, "exposure.clean_fraction", self.clean_fraction, "in [0, 1)")
+        _check(_num(self.sft_epochs) > 0, "exposure.sft_epochs", self.sft_epochs, "a number > 0")
+        _check(_num(self.lr) > 0, "exposure.lr", self.lr, "a number > 0")
+        _check(_num(self.lora_r) >= 1 and float(self.lora_r).is_integer(), "exposure.lora_r", self.lora_r,
+               "an integer >= 1")
+        _check(_num(self.grpo_steps) >= 0 and float(self.grpo_steps).is_integer(), "exposure.grpo_steps",
+               self.grpo_steps, "an integer >= 0")
+        _check(self.grpo_prompts in ("variants", "originals"), "exposure.grpo_prompts", self.grpo_prompts,
+               "variants or originals")
+
+
+SCHEMAS: dict[str, type] = {"stats": StatsConfig, "run": RunConfig, "detect": SimDetectConfig,
+                            "exposure": ExposureConfig}
+
+
+def register_schemas() -> None:
+    """Store each schema as option `schema` of its group (a YAML's defaults list names `- stats: schema`)."""
+    cs = ConfigStore.instance()
+    for group, node in SCHEMAS.items():
+        cs.store(group=group, name="schema", node=node)
+
+
+def validate(cfg: Any) -> dict[str, Any]:
+    """Range and choice checks of every typed group present in `cfg` (ConfigError naming the key).
+
+    Returns the checked dataclass instances by group. Call it first thing in an entry point.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    out: dict[str, Any] = {}
+    for group, node in SCHEMAS.items():
+        sub = cfg.get(group) if cfg is not None else None
+        if sub is None:
+            continue
+        if isinstance(sub, DictConfig):
+            sub = OmegaConf.to_container(sub, resolve=True)
+        known = set(node.__dataclass_fields__)
+        unknown = sorted(set(sub) - known)
+        if unknown:
+            raise ConfigError(f"{group}: unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            out[group] = node(**sub)
+        except TypeError as e:
+            raise ConfigError(f"{group}: {e}") from None
+    return out
