@@ -15,6 +15,7 @@ The step-by-step solution shows one operation per line and ends with exactly
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -400,54 +401,103 @@ def signatures(items: Iterable[Item]) -> set[str]:
 # ----------------------------------------------------------------------------------------- perturbation
 
 
-def _digit_bounds(v: int, kind: str, limits: NumberRanges) -> tuple[int, int]:
-    d = len(str(abs(int(v))))
-    lo, hi = 10 ** (d - 1), 10**d - 1
-    klo, khi = limits.bounds(kind)
-    # Keep the family's range where it overlaps the digit band (so a perturbed item looks like a
-    # generated one); an original outside the family range keeps only its digit band.
-    return (max(lo, klo), min(hi, khi)) if max(lo, klo) <= min(hi, khi) else (max(lo, 1), hi)
-
-
 def _ndigits(x: int) -> int:
     return len(str(abs(int(x))))
 
 
-def perturb_word_problem(item: Item, seed: int, max_tries: int = 20_000) -> Item:
-    """Exact isomorphic reference item: same family, template and steps, new numbers with the same digits.
+def _answer_at(program: Sequence[Mapping[str, Any]], values: Mapping[str, Fraction]) -> Fraction | None:
+    env: dict[str, Fraction | None] = dict(values)
+    r: Fraction | None = None
+    for step in program:
+        x, y = (env[a] for a in step["args"])
+        r = None if x is None or y is None else _OPS[step["op"]](x, y)
+        env[step["out"]] = r
+    return r
 
-    Every input changes, keeps its number of digits, and the program is re-executed under the same
-    constraints (whole intermediates in [1, max_answer]); the answer must differ from the original.
-    The first attempts also keep the digit count of every intermediate and of the answer (same
-    difficulty); only if that fails is the answer's magnitude left free. Raises ValueError when no
-    valid perturbation exists.
+
+def _leanings(program: Sequence[Mapping[str, Any]], old: Mapping[str, int]) -> dict[str, int]:
+    """+1 where raising an input raises the answer (at the original values), -1 where it lowers it."""
+    base = _answer_at(program, {k: Fraction(v) for k, v in old.items()})
+    out = {}
+    for name in old:
+        moved = _answer_at(program, {k: Fraction(v) * (Fraction(1001, 1000) if k == name else 1)
+                                     for k, v in old.items()})
+        out[name] = 0 if moved is None or base is None else (moved > base) - (moved < base)
+    return out
+
+
+def _near(v: int, lo: int, hi: int, spread: float, lean: int, rng: random.Random) -> int | None:
+    """A different integer in [lo, hi] near v: v times a log-uniform factor in [1/spread, spread],
+    above 1 half the time (3 times in 4 when `lean` is +1, 1 in 4 when -1). None after 20 tries."""
+    for _ in range(20):
+        step = rng.uniform(0.0, math.log(spread))
+        up = rng.random() < (0.75 if lean > 0 else 0.25 if lean < 0 else 0.5)
+        x = math.floor(v * math.exp(step if up else -step) + 0.5)
+        if x != v and lo <= x <= hi:
+            return x
+    return None
+
+
+def perturb_word_problem(item: Item, seed: int, max_tries: int = 20_000) -> Item:
+    """Exact isomorphic reference item: same family, template and steps, new numbers near the old ones.
+
+    Every input changes by a log-symmetric factor (as likely down as up; up to 2, later up to 3 and
+    5) and stays in its family's range; the program is re-executed under the same constraints (whole
+    intermediates in [1, max_answer]). The answer must differ from the original, keep its number of
+    digits and stay within a factor 3 of it. Difficulty matching as for GSM8K
+    (`zcp.reference.gsm8k.draw_targets`): the draw aims at a bin of the answer's change (smaller or
+    larger, by up to or beyond a factor sqrt 2) drawn in the proportions a symmetric log-step within
+    the answer's digit range gives, so over a benchmark references are as often larger as smaller and
+    keep the leading-digit distribution; a bin no draw reaches in a tenth of the budget gives way to
+    the nearest one reached. Raises ValueError when no valid perturbation exists.
     """
+    from zcp.reference.gsm8k import ANSWER_SPREAD, answer_bin, draw_targets, fallback_bins
+
     meta = item.metadata
     fam = FAMILIES[meta["family"]]
     limits = NumberRanges(**meta["limits"]) if "limits" in meta else NumberRanges()
     old = {k: int(v) for k, v in meta["values"].items()}
     old_results = [int(r) for r in _trace(fam.program, old)]
     old_answer = int(item.answer)
-    bounds = {name: _digit_bounds(old[name], kind, limits) for name, kind in fam.inputs}
+    bounds = {}
+    for name, kind in fam.inputs:
+        lo, hi = limits.bounds(kind)
+        # an original outside the family's range (a hand-made item) keeps only a factor 5 around it
+        bounds[name] = (lo, hi) if lo <= old[name] <= hi else (max(1, old[name] // 5), old[name] * 5)
     rng = random.Random(f"perturb|{signature(item)}|{seed}")
-    strict_tries = max_tries // 4
+    target = draw_targets(old_answer, 1, rng)[0]
+    leanings = _leanings(fam.program, old)
+    direction = (target > 0) - (target < 0)
+    found: dict[int, dict[str, int]] = {}
     for t in range(max_tries):
-        values = {name: rng.randint(*bounds[name]) for name, _ in fam.inputs}
-        if any(values[k] == old[k] for k in values):
+        spread = 2.0 if t < 0.4 * max_tries else 3.0 if t < 0.7 * max_tries else 5.0
+        drawn = {name: _near(old[name], *bounds[name], spread, direction * leanings[name], rng)
+                 for name, _ in fam.inputs}
+        if any(v is None for v in drawn.values()):
             continue
+        values: dict[str, int] = {k: int(v) for k, v in drawn.items() if v is not None}
         results = _valid(fam, values, limits)
-        if results is None or results[-1] == old_answer:
+        if results is None or results[-1] == old_answer or _ndigits(results[-1]) != _ndigits(old_answer):
             continue
-        strict = all(_ndigits(r) == _ndigits(o) for r, o in zip(results, old_results, strict=True))
-        if t < strict_tries and not strict:
+        if not old_answer / ANSWER_SPREAD <= results[-1] <= old_answer * ANSWER_SPREAD:
             continue
-        extra = {"original_id": item.id, "perturbation_seed": seed, "magnitude_kept": strict}
-        for key in ("variant",):
-            if key in meta:
-                extra[key] = meta[key]
-        return _make_item(f"{item.id}::ref{seed}", fam, values, dict(meta["entities"]), meta["template"],
-                          limits, rewording=meta.get("rewording"), extra=extra)
-    raise ValueError(f"item {item.id}: no valid perturbation of {old} found in {max_tries} tries")
+        found.setdefault(answer_bin(old_answer, results[-1]), values)
+        if target in found or (t >= max_tries // 10 and found):
+            break
+    else:
+        if not found:
+            raise ValueError(f"item {item.id}: no valid perturbation of {old} found in {max_tries} tries")
+    got = next(b for b in fallback_bins(target) if b in found)
+    values = found[got]
+    results = _valid(fam, values, limits) or []
+    extra = {"original_id": item.id, "perturbation_seed": seed,
+             "magnitude_kept": all(_ndigits(r) == _ndigits(o) for r, o in zip(results, old_results, strict=True)),
+             "target_bin": target, "answer_bin": got}
+    for key in ("variant",):
+        if key in meta:
+            extra[key] = meta[key]
+    return _make_item(f"{item.id}::ref{seed}", fam, values, dict(meta["entities"]), meta["template"],
+                      limits, rewording=meta.get("rewording"), extra=extra)
 
 
 # ----------------------------------------------------------------------------------------- rewording
