@@ -269,6 +269,22 @@ def load_arithmark(path: str | Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------- reference
 
 
+def _near_operand(b: int, spread: float, lean: int, rng: random.Random) -> int:
+    """A different operand of the same sign near b: |b| times a log-uniform factor in [1/spread, spread]
+    (above 1 half the time; 3 times in 4 when `lean` is +1, 1 in 4 when -1), within the spec's
+    [1, 20] magnitudes. 0 stays 0; b itself when 20 tries find nothing."""
+    if b == 0:
+        return 0
+    mag = abs(b)
+    for _ in range(20):
+        step = rng.uniform(0.0, math.log(spread))
+        up = rng.random() < (0.75 if lean > 0 else 0.25 if lean < 0 else 0.5)
+        x = math.floor(mag * math.exp(step if up else -step) + 0.5)
+        if x != mag and 1 <= x <= OPERAND_MAX:
+            return int(math.copysign(x, b))
+    return b
+
+
 def _matched_operand(b: int, rng: random.Random) -> int:
     """A different operand with the same sign and digit count (0 has no alternative and stays 0)."""
     if b == 0:
@@ -288,30 +304,85 @@ def _uniform_operand(b: int, rng: random.Random) -> int:
     return rng.randint(OPERAND_MIN, OPERAND_MAX)
 
 
-# Tried in order: keep each operand's sign and order of magnitude (DESIGN: "same order of magnitude,
-# same sign"); only when no such draw changes the answer (e.g. "... * 0") relax the zeros, then all.
+def _leanings(operands: Sequence[int], operators: Sequence[str]) -> list[int]:
+    """+1 where a larger |operand| gives a larger |answer| (at the original operands), -1 where smaller."""
+    try:
+        base = abs(evaluate_exact(operands, operators))
+    except ZeroDivisionError:  # pragma: no cover - records never divide by zero
+        return [0] * len(operands)
+    out = []
+    for i in range(len(operands)):
+        moved = [Fraction(b) * (Fraction(1001, 1000) if k == i else 1) for k, b in enumerate(operands)]
+        try:
+            d = abs(evaluate_exact(moved, operators)) - base
+        except ZeroDivisionError:
+            d = 0
+        out.append((d > 0) - (d < 0))
+    return out
+
+
+# Operand spreads tried in order while the answer must keep its sign and number of digits and stay
+# within a factor 3 (DESIGN: "same order of magnitude, same sign"); then, for the rare expression no
+# such draw exists for (e.g. "... * 0"), the old levels that only require a changed answer.
+_NEAR_SPREADS = (2.0, 3.0, 20.0)
 _PERTURBATION_LEVELS = (_matched_operand, _relaxed_operand, _uniform_operand)
 
 
 def perturb_arithmark(record: Mapping[str, Any], seed: int, *, max_draws: int = 200) -> dict[str, Any]:
     """Isomorphic reference record: same stage and operators, new operands, recomputed answer and options.
 
-    Every nonzero operand changes but keeps its sign and digit count; the new answer differs from the
-    original and no division is by zero. The record gets `original_id` and id `<id>_ref<seed>`.
+    Every nonzero operand changes by a log-symmetric factor (as likely down as up; up to 2, then 3,
+    then anywhere in the spec's [-20, 20]) and keeps its sign; 0 stays 0. The new answer differs from
+    the original, keeps its sign and number of digits (whole part) and stays within a factor 3 of it.
+    Difficulty matching as for GSM8K (`zcp.reference.gsm8k.draw_targets`): the draw aims at a bin of
+    the answer's change drawn in the proportions a symmetric log-step within the answer's digit range
+    gives, so references are as often larger as smaller; a bin no draw reaches gives way to the
+    nearest one reached. An expression with no such draw falls back to operands of the same digit
+    count, then a zero that moves, then any operands, with only a changed answer required. No
+    division is by zero. The record gets `original_id` and id
+    `<id>_ref<seed>`.
     """
+    from zcp.reference.gsm8k import ANSWER_SPREAD, answer_bin, answer_digits, draw_targets, fallback_bins
+
     operands, operators = parse_expression(str(record["expression"]))
-    original = evaluate_expression(operands, operators)
+    original = exact_value(evaluate_expression(operands, operators))
     rng = random.Random(f"arithmark-ref:{seed}:{record['id']}")
+    target = draw_targets(original, 1, rng)[0]
+    leanings = _leanings(operands, operators)
+    direction = (target > 0) - (target < 0)
+
+    def finish(new: list[int]) -> dict[str, Any]:
+        out = make_record(f"{record['id']}_ref{seed}", int(record["stage"]), new, operators, rng)
+        out["original_id"] = record["id"]
+        return out
+
+    found: dict[int, list[int]] = {}
+    for spread in _NEAR_SPREADS:
+        for _ in range(max_draws):
+            new = [_near_operand(b, spread, direction * lean, rng) for b, lean in zip(operands, leanings, strict=True)]
+            if any(n == b != 0 for n, b in zip(new, operands, strict=True)) or \
+                    any(op == "/" and b == 0 for op, b in zip(operators, new[1:], strict=True)):
+                continue
+            value = exact_value(evaluate_expression(new, operators))
+            if value == original or answer_digits(value) != answer_digits(original):
+                continue
+            if original != 0 and ((value > 0) != (original > 0) or (value < 0) != (original < 0)
+                                  or not abs(original) / ANSWER_SPREAD <= abs(value) <= abs(original) * ANSWER_SPREAD):
+                continue
+            found.setdefault(answer_bin(original, value), new)
+            if target in found:
+                break
+        if found:
+            got = next(b for b in fallback_bins(target) if b in found)
+            return finish(found[got])
     for draw_operand in _PERTURBATION_LEVELS:
         for _ in range(max_draws):
             new = [draw_operand(b, rng) for b in operands]
             if any(op == "/" and b == 0 for op, b in zip(operators, new[1:], strict=True)):
                 continue
-            if exact_value(evaluate_expression(new, operators)) == exact_value(original):
+            if exact_value(evaluate_expression(new, operators)) == original:
                 continue
-            out = make_record(f"{record['id']}_ref{seed}", int(record["stage"]), new, operators, rng)
-            out["original_id"] = record["id"]
-            return out
+            return finish(new)
     raise ValueError(f"no perturbation of {record['id']} changes its answer")  # pragma: no cover
 
 
