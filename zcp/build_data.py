@@ -9,7 +9,10 @@
   programs; anything else: the LLM generator + judges pipeline), plus ``reference_verdicts.jsonl`` for
   the LLM pipeline;
 - ``paraphrases.jsonl``: k validated surface variants of every C item (what a contaminated model trains on);
-- ``build_report.json``: counts, coverage, every rejection with its reason, seed, source and output hashes.
+- ``build_report.json``: counts, coverage, every rejection with its reason, the difficulty shift of the
+  reference answers against the originals (`answer_shift`: larger/smaller, more/fewer digits, mean
+  digits and log10|answer|, leading-digit distributions, warnings past ``reference_shift``'s
+  thresholds), seed, source and output hashes.
 
 The reference set is the auditor's private asset: W&B gets counts and similarity statistics only, unless
 ``log_reference_to_wandb=true``.
@@ -18,9 +21,12 @@ The reference set is the auditor's private asset: W&B gets counts and similarity
 from __future__ import annotations
 
 import json
+import logging
+import math
 import statistics
 import time
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,7 @@ from zcp.data.schema import DataError, Item
 from zcp.io import sha256_file, stable_hash
 
 REFERENCE_METHODS = ("auto", "gsm8k", "wordproblem", "arithmark", "llm", "none")
+log = logging.getLogger(__name__)
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -125,7 +132,9 @@ def build_reference(items: list[Item], method: str, m: int, seed: int, ref_cfg: 
         for it in items:
             got: list[Item] = []
             reasons = []
-            for j in range(m):
+            for j in range(4 * m):  # a repeated draw is replaced by a further one (draws stay near the original)
+                if len(got) >= m:
+                    break
                 try:
                     ref = _program_reference(it, method, _draw_seed(seed, j))
                 except (ValueError, KeyError) as e:
@@ -180,6 +189,112 @@ def _llm_backends(ref_cfg: Any) -> dict[str, Any]:
         raise ValueError("reference=llm needs reference.generator.path and at least one reference.judges[*].path "
                          "(see conf/reference/llm.yaml)")
     return {"generator": build_backend(gen_cfg), "judges": [build_backend(j) for j in judge_cfgs]}
+
+
+# ------------------------------------------------------------------------------------ difficulty shift
+
+
+def numeric_answer(text: Any) -> Fraction | None:
+    """The exact value of a numeric answer text ("18", "-4.2317", "$1,250", "35%", "3/4"); None otherwise."""
+    import re
+
+    s = str(text).strip().replace(",", "").replace("$", "").replace("\\$", "").replace("\\%", "").rstrip("%")
+    s = re.sub(r"^\\boxed\{(.*)\}$", r"\1", s).strip()
+    m = re.fullmatch(r"\\d?frac\{(-?\d+)\}\{(-?\d+)\}", s)
+    if m:
+        s = f"{m.group(1)}/{m.group(2)}"
+    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
+        return None
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _digits(value: Fraction) -> int:
+    return len(str(int(abs(value))))
+
+
+def _leading_digit(text: Any) -> str | None:
+    """The first digit of an answer as written (what a digit-split tokenizer emits first after a sign)."""
+    for ch in str(text):
+        if ch.isdigit():
+            return ch
+    return None
+
+
+def answer_shift(items: list[Item], refs: list[Item], max_digit_shift: float = 0.05,
+                 max_size_shift: float = 0.10) -> dict[str, Any]:
+    """How the reference answers differ from their originals' (any reference method: it compares answers).
+
+    Every reference row is paired with its original (an original counts once per reference row).
+    Shares of pairs whose reference answer is larger / smaller / of equal magnitude than the
+    original's, has more / fewer / the same number of digits (of the whole part), mean digits and
+    mean log10|answer| of both, and the leading-digit distributions with their total-variation
+    distance. A warning is added when |longer - shorter| exceeds `max_digit_shift` or |larger -
+    smaller| exceeds `max_size_shift`: the probe would then compare the originals against a set that
+    is systematically harder (or easier), and a clean model would show a gap. Non-numeric answers are
+    counted (`unparsed`) and left out.
+    """
+    originals = {it.id: it for it in items}
+    pairs: list[tuple[Fraction, Fraction, str | None, str | None]] = []
+    unparsed = 0
+    for r in refs:
+        orig = originals.get(str(r.metadata.get("original_id")))
+        if orig is None:
+            continue
+        a, b = numeric_answer(orig.answer), numeric_answer(r.answer)
+        if a is None or b is None:
+            unparsed += 1
+            continue
+        pairs.append((a, b, _leading_digit(orig.answer), _leading_digit(r.answer)))
+    n = len(pairs)
+    out: dict[str, Any] = {"pairs": n, "unparsed": unparsed,
+                           "thresholds": {"max_digit_shift": max_digit_shift, "max_size_shift": max_size_shift}}
+    if not n:
+        out["warnings"] = []
+        return out
+
+    def share(cond: Any) -> float:
+        return round(sum(1 for p in pairs if cond(*p)) / n, 4)
+
+    out.update({
+        "larger": share(lambda a, b, *_: abs(b) > abs(a)),
+        "smaller": share(lambda a, b, *_: abs(b) < abs(a)),
+        "equal_magnitude": share(lambda a, b, *_: abs(b) == abs(a)),
+        "longer": share(lambda a, b, *_: _digits(b) > _digits(a)),
+        "shorter": share(lambda a, b, *_: _digits(b) < _digits(a)),
+        "same_digits": share(lambda a, b, *_: _digits(b) == _digits(a)),
+        "sign_changed": share(lambda a, b, *_: (a > 0) != (b > 0) or (a < 0) != (b < 0)),
+        "mean_digits": {"original": round(statistics.fmean(_digits(a) for a, *_ in pairs), 4),
+                        "reference": round(statistics.fmean(_digits(b) for _, b, *_ in pairs), 4)},
+    })
+    logs_a = [math.log10(abs(a)) for a, *_ in pairs if a]
+    logs_b = [math.log10(abs(b)) for _, b, *_ in pairs if b]
+    out["mean_log10_abs"] = {"original": round(statistics.fmean(logs_a), 4) if logs_a else None,
+                             "reference": round(statistics.fmean(logs_b), 4) if logs_b else None}
+    lead_a = Counter(p[2] for p in pairs if p[2] is not None)
+    lead_b = Counter(p[3] for p in pairs if p[3] is not None)
+    digits = [str(d) for d in range(10)]
+    dist_a = {d: round(lead_a[d] / max(1, sum(lead_a.values())), 4) for d in digits}
+    dist_b = {d: round(lead_b[d] / max(1, sum(lead_b.values())), 4) for d in digits}
+    out["leading_digit"] = {"original": dist_a, "reference": dist_b,
+                            "total_variation": round(sum(abs(dist_a[d] - dist_b[d]) for d in digits) / 2, 4)}
+    warnings = []
+    digit_shift = out["longer"] - out["shorter"]
+    size_shift = out["larger"] - out["smaller"]
+    if abs(digit_shift) > max_digit_shift:
+        warnings.append(f"reference answers are systematically {'longer' if digit_shift > 0 else 'shorter'} than "
+                        f"the originals: {out['longer']:.1%} have more digits, {out['shorter']:.1%} fewer "
+                        f"(|difference| > {max_digit_shift:.0%})")
+    if abs(size_shift) > max_size_shift:
+        warnings.append(f"reference answers are systematically {'larger' if size_shift > 0 else 'smaller'} than "
+                        f"the originals: {out['larger']:.1%} larger, {out['smaller']:.1%} smaller "
+                        f"(|difference| > {max_size_shift:.0%})")
+    out["digit_shift"] = round(digit_shift, 4)
+    out["size_shift"] = round(size_shift, 4)
+    out["warnings"] = warnings
+    return out
 
 
 # ------------------------------------------------------------------------------------- paraphrases
@@ -260,6 +375,12 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
         para_report, para_rejections = paraphraser.report(), paraphraser.rejections
     save_items(out / "paraphrases.jsonl", para_items)
 
+    shift_cfg = cfg.get("reference_shift")
+    shift = answer_shift(items, refs, float(_get(shift_cfg, "max_digit_shift", 0.05)),
+                         float(_get(shift_cfg, "max_size_shift", 0.10)))
+    for w in shift["warnings"]:
+        log.warning("WARNING reference set (%s): %s", method, w)
+
     per_item = Counter(r.metadata["original_id"] for r in refs)
     covered = set(per_item)
     rouge = [p.metadata["rougeL"] for p in para_items]
@@ -278,8 +399,10 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
                  "sha256": sha256_file(source) if source else None},
         "counts": counts,
         "reference": {"method": method, "m": m, "coverage": len(covered) / len(items) if items else 0.0,
+                      "shift": shift,
                       "rejection_reasons": dict(Counter(_reason_kind(r["reason"]) for r in ref_rejections)),
                       "rejections": ref_rejections},
+        "warnings": [f"reference: {w}" for w in shift["warnings"]],
         "paraphrase": {**para_report, "k": k,
                        "rougeL_mean": statistics.fmean(rouge) if rouge else None,
                        "bleu_mean": statistics.fmean(bleu) if bleu else None,
@@ -295,6 +418,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
 
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="build_data") as tracker:
         flat = {f"counts/{k}": v for k, v in counts.items()}
+        flat.update({f"reference/shift_{k}": shift.get(k) for k in ("larger", "smaller", "longer", "shorter")})
         flat.update({"reference/coverage": report["reference"]["coverage"],
                      "paraphrase/rougeL_mean": report["paraphrase"]["rougeL_mean"],
                      "paraphrase/bleu_mean": report["paraphrase"]["bleu_mean"]})
