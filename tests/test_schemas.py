@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zcp.config import ConfigError, validate
 from zcp.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
@@ -54,3 +56,27 @@ def test_out_of_range_values_fail_before_anything_runs(override, key):
     cfg = _compose("contaminate", [override])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(cfg)
+
+
+_VALUES = st.one_of(st.integers(-3, 20_000), st.floats(-2, 3), st.just(float("nan")), st.booleans(),
+                    st.sampled_from(["all", "per_seed", "perseed", "permutation", "bootstrap", "x", "null", "[]",
+                                     "[0,1]", "[1,1]", "variants", "originals"]))
+_KEYS = ["stats.test", "stats.bootstrap_samples", "stats.alpha", "stats.reference_draws", "run.chunk_size",
+         "detect.m", "detect.seeds", "exposure.k", "exposure.leak_fraction", "exposure.answer_only_fraction",
+         "exposure.clean_fraction", "exposure.grpo_prompts"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_KEYS), _VALUES), min_size=1, max_size=4))
+def test_fuzzed_overrides_fail_loudly_or_hold_valid_values(pairs):
+    """No accepted config carries an out-of-range value: every override is refused or lands valid."""
+    overrides = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in dict(pairs).items()]
+    try:
+        checked = validate(_compose("contaminate", overrides))
+    except (ConfigCompositionException, ConfigError):
+        return
+    s, r, d, e = checked["stats"], checked["run"], checked["detect"], checked["exposure"]
+    assert s.test in ("permutation", "bootstrap") and s.bootstrap_samples >= 1 and 0 < s.alpha < 1
+    assert s.reference_draws in ("all", "per_seed") and r.chunk_size >= 1
+    assert d.m >= 1 and d.seeds and len(set(d.seeds)) == len(d.seeds)
+    assert e.k >= 0 and 0 < e.leak_fraction <= 1 and 0 <= e.answer_only_fraction <= 1 and 0 <= e.clean_fraction < 1
