@@ -456,7 +456,8 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     backend = build_backend(cfg.model)
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
         summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
-                         extra={"skipped_rows": skipped, "output_dir": str(out)},
+                         extra={"skipped_rows": [x for x in skipped if "warning" not in x],
+                                "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
                          title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
                          on_ready=lambda: save_config(cfg, out))
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
