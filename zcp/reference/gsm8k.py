@@ -682,14 +682,19 @@ class Variable:
         u = int(self.value * scale)
         g = _roundness(u) if keep_roundness else 1
         log_s = math.log(spread)
+        whole = self.value.denominator == 1
+        top = 100 * scale if self.percent and self.value <= 100 else None
         for _ in range(20):
             step = rng.uniform(0.0, log_s)
             up = rng.random() < (0.75 if lean > 0 else 0.25 if lean < 0 else 0.5)
             x = u * math.exp(step if up else -step)
             q = _quantum(g, u, x)
-            new = Fraction(max(1, math.floor(x / q + 0.5)) * q, scale)
-            if new != self.value and self.admissible(new):
-                return new
+            k = max(1, math.floor(x / q + 0.5)) * q
+            # the checks of `admissible`, on integers (this loop is the hot path of a reference build)
+            if k == u or k < 2 or (k % scale == 0) != whole or (top is not None and k > top) \
+                    or not u <= k * MAX_SPREAD or not k <= u * MAX_SPREAD:
+                continue
+            return Fraction(k, scale)
         return self.value
 
     def admissible(self, new: Fraction, spread: float = MAX_SPREAD) -> bool:
@@ -701,7 +706,7 @@ class Variable:
             return False
         if self.percent and self.value <= 100 and new > 100:
             return False
-        return self.value / spread <= new <= self.value * spread
+        return float(self.value) <= float(new) * spread and float(new) <= float(self.value) * spread
 
 
 def _quantum(g: int, u: int, x: float) -> int:
