@@ -248,6 +248,18 @@ def test_perturbation_of_a_degenerate_item_still_changes_the_answer():
     assert ref["answer"] == spec_round(ltr_fraction(ref["expression"]))
 
 
+def test_perturbation_moves_the_answer_both_ways_and_keeps_its_sign_and_digits():
+    rec = make_record("math_s2_00001", 2, [-6, 9, 4], ["*", "+"], random.Random(0))
+    assert rec["answer"] == -50
+    refs = [perturb_arithmark(rec, s) for s in range(60)]
+    answers = [exact(r["answer"]) for r in refs]
+    assert all(-99 <= a <= -10 for a in answers)  # negative, two digits
+    assert 0.35 <= sum(abs(a) > 50 for a in answers) / len(answers) <= 0.65  # as often up as down
+    for r in refs:  # operands keep their signs and stay within the spec's range
+        operands = split_expr(r["expression"])[0]
+        assert operands[0] < 0 < operands[1] and operands[2] > 0 and all(-20 <= b <= 20 for b in operands)
+
+
 def test_perturbation_keeps_magnitudes_on_the_benchmark(records):
     sample = records[::25]
     kept = answers_kept = nonzero = 0

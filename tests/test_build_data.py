@@ -86,6 +86,9 @@ def test_gsm8k_build_writes_consistent_files_and_report(shared_data, tmp_path, r
     assert short == {i for i in ids if per_item.get(i, 0) < 2}  # every shortfall is listed with a reason
     assert all(r["reason"] for r in report["reference"]["rejections"])
     assert report["reference"]["method"] == "gsm8k"
+    shift = report["reference"]["shift"]  # the difficulty shift of the answers: exact references keep digits
+    assert shift["pairs"] == len(refs) and shift["longer"] == shift["shorter"] == 0.0
+    assert {"larger", "smaller", "mean_digits", "mean_log10_abs", "leading_digit", "warnings"} <= set(shift)
     assert report["reference"]["coverage"] == pytest.approx(len(per_item) / 16)
     assert report["counts"]["reference_items"] == len(refs)
 
@@ -212,3 +215,96 @@ def test_bad_rows_are_reported_or_fail_with_file_and_row(tmp_path):
     assert report["counts"]["items"] == 1 and report["skipped_rows"][0]["row"] == 2
     with pytest.raises(DataError, match=r"row 2.*answer"):
         build_data(_cfg([*base, f"output_dir={tmp_path / 'b'}"]))
+
+
+# ------------------------------------------------------------------------------------ difficulty shift
+
+
+def test_answer_shift_fields_and_warnings_on_a_biased_toy_reference():
+    from zcp.build_data import answer_shift
+    from zcp.data.schema import Item
+
+    items = [Item(f"t{i}", f"q{i}", str(a)) for i, a in enumerate([12, 45, 7, 300, 86, 2])]
+    biased = [Item(f"t{i}::ref0", "q", str(int(it.answer) * 10), metadata={"original_id": it.id})
+              for i, it in enumerate(items)]
+    shift = answer_shift(items, biased)
+    assert shift["pairs"] == 6 and shift["larger"] == 1.0 and shift["smaller"] == 0.0
+    assert shift["longer"] == 1.0 and shift["shorter"] == 0.0 and shift["same_digits"] == 0.0
+    assert shift["mean_digits"] == {"original": pytest.approx(11 / 6, abs=1e-4), "reference": pytest.approx(17 / 6, abs=1e-4)}
+    assert shift["mean_log10_abs"]["reference"] == pytest.approx(shift["mean_log10_abs"]["original"] + 1, abs=1e-3)
+    lead = shift["leading_digit"]
+    assert lead["original"] == lead["reference"] and lead["total_variation"] == 0  # x10 keeps the first digit
+    assert len(shift["warnings"]) == 2 and "longer" in shift["warnings"][0] and "larger" in shift["warnings"][1]
+
+    # a balanced reference (one up, one down per original, same digits) raises nothing
+    fair = [Item(f"{it.id}::ref{j}", "q", str(int(it.answer) + d), metadata={"original_id": it.id})
+            for it in items[:5] for j, d in enumerate((1, -1))]
+    shift = answer_shift(items, fair)
+    assert shift["larger"] == shift["smaller"] == 0.5 and shift["longer"] == shift["shorter"] == 0.0
+    assert shift["warnings"] == [] and shift["digit_shift"] == 0 and shift["size_shift"] == 0
+    # the thresholds are parameters; non-numeric answers are counted, not compared
+    odd = [*fair[:3], Item("t0::ref9", "q", "\\sqrt{2}", metadata={"original_id": "t0"})]
+    shift = answer_shift(items, odd, max_digit_shift=0.0, max_size_shift=0.2)
+    assert shift["unparsed"] == 1 and shift["pairs"] == 3 and len(shift["warnings"]) == 1
+    assert shift["thresholds"] == {"max_digit_shift": 0.0, "max_size_shift": 0.2}
+
+
+def test_numeric_answers_and_leading_digits():
+    from fractions import Fraction
+
+    from zcp.build_data import _leading_digit, numeric_answer
+
+    assert [numeric_answer(x) for x in ("18", "-4.2317", "$1,250", "35%", "3/4", "\\frac{1}{2}", "x+1", "")] == \
+        [18, Fraction("-4.2317"), 1250, 35, Fraction(3, 4), Fraction(1, 2), None, None]
+    assert [_leading_digit(x) for x in ("-40", "0.3333", "1,250", "abc")] == ["4", "0", "1", None]
+
+
+class _Inflating:
+    """Generator: the same problem with every number times 10. Judge: sums the numbers (so it agrees)."""
+
+    supports_prefill, supports_logprobs = True, False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def generate(self, requests: list) -> list[str]:
+        out = []
+        for r in requests:
+            if self.name == "gen":
+                problem = re.search(r"Compute [^.]*\.", r.prompt.user).group(0)
+                big = re.sub(r"\d+", lambda m: str(int(m.group(0)) * 10), problem)
+                out.append(f"<problem>{big}</problem><answer>{sum(int(x) for x in re.findall(r'[0-9]+', big))}</answer>")
+            else:
+                problem = r.prompt.user.split("\n\nPlease reason")[0]
+                out.append(f"\\boxed{{{sum(int(x) for x in re.findall(r'[0-9]+', problem))}}}")
+        return out
+
+
+def test_build_report_warns_when_the_reference_set_is_harder(tmp_path, caplog):
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"id": f"a{i}", "question": f"Compute {i + 3} + {2 * i + 5}.",
+                                        "answer": str(3 * i + 8)}) + "\n" for i in range(4)))
+    base = ["data=jsonl", "data.name=math", f"data.path={data}", "data.format=items", "reference=llm",
+            "paraphrase=none", "logger=none"]
+    backends = {"generator": _Inflating("gen"), "judges": [_Inflating("judge")]}
+    with caplog.at_level("WARNING", logger="zcp.build_data"):
+        report = build_data(_cfg([*base, f"output_dir={tmp_path / 'o'}"]), backends=backends)
+    shift = report["reference"]["shift"]
+    assert shift["pairs"] == 4 and shift["larger"] == 1.0 and shift["longer"] == 1.0
+    assert len(shift["warnings"]) == 2 and len(report["warnings"]) == 2
+    assert json.loads((tmp_path / "o" / "build_report.json").read_text())["warnings"] == report["warnings"]
+    assert sum("WARNING reference set" in r.getMessage() for r in caplog.records) == 2
+    # thresholds come from the config
+    report = build_data(_cfg([*base, f"output_dir={tmp_path / 'p'}", "reference_shift.max_digit_shift=1.0",
+                              "reference_shift.max_size_shift=1.0"]), backends=backends)
+    assert report["warnings"] == [] and report["reference"]["shift"]["larger"] == 1.0
+
+
+def test_exact_references_report_no_digit_shift(tmp_path):
+    cfg = _cfg(["data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null", "+data.n=30",
+                "reference.m=2", "paraphrase=none", "logger=none", f"output_dir={tmp_path}"])
+    shift = build_data(cfg)["reference"]["shift"]
+    assert shift["pairs"] == 60 and shift["longer"] == shift["shorter"] == 0.0 and shift["same_digits"] == 1.0
+    assert shift["mean_digits"]["original"] == shift["mean_digits"]["reference"]
+    assert set(shift["leading_digit"]["original"]) == {str(d) for d in range(10)}
+    assert abs(shift["larger"] - shift["smaller"]) <= 0.3 and shift["equal_magnitude"] == 0.0

@@ -195,3 +195,21 @@ def test_items_roundtrip_through_dict() -> None:
     back = Item.from_dict(item.to_dict())
     assert execute(back) == int(item.answer) and signature(back) == signature(item)
     assert perturb_word_problem(back, 1).to_dict() == perturb_word_problem(item, 1).to_dict()
+
+
+def test_perturbation_moves_the_answer_both_ways_near_the_original() -> None:
+    item = next(it for it in POOL if it.id == "wp-00011")  # three_step, answer 45: room on both sides
+    assert item.metadata["family"] == "three_step" and item.answer == "45"
+    refs = [perturb_word_problem(item, s) for s in range(60)]
+    answers = [int(r.answer) for r in refs]
+    assert all(10 <= a <= 99 for a in answers)  # two digits, like 45
+    assert 0.35 <= sum(a > 45 for a in answers) / len(answers) <= 0.65  # as often up as down
+    ratios = [r.metadata["values"][k] / v for r in refs for k, v in item.metadata["values"].items()]
+    assert 0.35 <= sum(x > 1 for x in ratios) / len(ratios) <= 0.65  # inputs too move both ways
+    assert sum(0.5 <= x <= 2 for x in ratios) >= 0.9 * len(ratios)  # mostly within a factor 2
+
+
+def test_perturbation_over_a_pool_is_not_systematically_larger() -> None:
+    pairs = [(int(it.answer), int(perturb_word_problem(it, 0).answer)) for it in POOL[:80]]
+    assert all(len(str(a)) == len(str(b)) for a, b in pairs)
+    assert 0.4 <= sum(b > a for a, b in pairs) / len(pairs) <= 0.6
