@@ -13,10 +13,25 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"]
 
 
+# The pre-tokenizer regex of Qwen2 / Qwen2.5 (tokenizer.json): `{` merges with a following sign or
+# backslash (`{-`, `{\`, `{(` are single pre-tokens), which is what makes in-context answer tokens differ
+# from the tokens a model emits after a pre-filled `\boxed{`.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _wrap(tok: Any, chat_template: str | None, **special: str) -> Any:
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", **special)
+    if chat_template:
+        fast.chat_template = chat_template
+    return fast
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, chat_template: str | None = CHAT_TEMPLATE) -> Any:
     """Byte-level BPE trained on `texts` with digits split one by one; a fast HF tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -27,10 +42,47 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, chat_template: 
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(list(texts), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    if chat_template:
-        fast.chat_template = chat_template
-    return fast
+    return _wrap(tok, chat_template)
+
+
+def train_qwen2_style_tokenizer(texts: Iterable[str], vocab_size: int = 512,
+                                chat_template: str | None = CHAT_TEMPLATE) -> Any:
+    """Byte-level BPE with Qwen2's pre-tokenizer (`QWEN2_PATTERN`, then byte-level without its own regex).
+
+    Trained on text with `\\boxed{-3}`, `\\boxed{\\frac12}`, ... it learns `{-`, `{\\`, `{(` as single
+    tokens, like the real Qwen2 vocabulary.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return _wrap(tok, chat_template)
+
+
+def train_sentencepiece_style_tokenizer(texts: Iterable[str], vocab_size: int = 400,
+                                        chat_template: str | None = CHAT_TEMPLATE) -> Any:
+    """BPE over `▁`-joined words with a dummy prefix (Metaspace, prepend_scheme="always"), like Llama-2's.
+
+    A text tokenised on its own starts with `▁`: "-3" alone decodes to " -3" after a prompt.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = list(texts)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    alphabet = sorted(set("".join(texts)) | set("0123456789\n-+*/=(){}[],.\\$") | {"\u2581"})
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, "<unk>"],
+                                  initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return _wrap(tok, chat_template, unk_token="<unk>")
 
 
 def tiny_llama(tokenizer: Any, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
