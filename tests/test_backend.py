@@ -1,6 +1,9 @@
-"""HFBackend: joint tokenisation, batching/padding invariance, templates, generation."""
+"""HFBackend: scoring on generation's token ids, batch invariance, templates, generation."""
 
+import logging
 import math
+import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +11,12 @@ import torch
 from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend
 from zcp.probe import ZERO_COT_PREFIX
+from zcp.testing import (
+    tiny_llama,
+    train_qwen2_style_tokenizer,
+    train_sentencepiece_style_tokenizer,
+    train_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,22 +64,188 @@ def test_score_matches_unbatched_reference(backend, tiny_model, tiny_tok):
         assert "".join(res.tokens) == r.continuation
 
 
-def test_boundary_token_is_scored_in_context(backend):
-    # "is" + " cat": byte-level BPE merges the space into the next word. Scoring "cat" after "x is "
-    # must see the same single merged token as scoring " cat" after "x is", not "Ġ" + "cat".
-    a = backend.score([ScoreRequest(Prompt(user="Ann has pens ", chat=False), "and")])[0]
-    b = backend.score([ScoreRequest(Prompt(user="Ann has pens", chat=False), " and")])[0]
-    assert a.n_tokens == b.n_tokens == 1
-    assert a.token_logprobs == pytest.approx(b.token_logprobs)
+def _decodes_after(tok, prompt_ids, cont_ids) -> str:
+    """The text `cont_ids` add after `prompt_ids`: what the model writes if it emits them."""
+    full = tok.decode(list(prompt_ids) + list(cont_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    head = tok.decode(list(prompt_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    assert full.startswith(head)
+    return full[len(head):]
 
 
-def test_batched_scores_do_not_depend_on_batching(tiny_model, tiny_tok):
-    reqs = [ScoreRequest(Prompt(user="x" * (i % 5 + 1) + " pens?", assistant_prefix=ZERO_COT_PREFIX), "4" * (i % 3 + 1))
-            for i in range(10)]
-    one = HFBackend(tiny_model, tiny_tok, max_batch_size=1).score(reqs)
-    many = HFBackend(tiny_model, tiny_tok, max_batch_size=10).score(reqs)
-    for x, y in zip(one, many, strict=True):
-        assert x.token_logprobs == pytest.approx(y.token_logprobs, abs=1e-4)
+def test_prompt_ending_in_a_space_is_scored_as_generation_sees_it(backend, tiny_tok):
+    # Generation after "Ann has pens " conditions on the prompt's own trailing "Ġ" token; joint tokenisation
+    # would merge that space into "Ġand", a token the model cannot emit after "Ġ".
+    p = Prompt(user="Ann has pens ", chat=False)
+    a = backend.encode_for_scoring([ScoreRequest(p, "and")])[0]
+    assert a.ids[: a.start] == backend.encode_prompts([p])[0] and tiny_tok.convert_ids_to_tokens(a.ids[a.start - 1]) == "Ġ"
+    assert a.method == "standalone" and _decodes_after(tiny_tok, a.prompt_ids, a.continuation_ids) == "and"
+    assert "Ġand" not in tiny_tok.convert_ids_to_tokens(list(a.continuation_ids))
+    b = backend.encode_for_scoring([ScoreRequest(Prompt(user="Ann has pens", chat=False), " and")])[0]
+    assert b.method == "joint" and tiny_tok.convert_ids_to_tokens(list(b.continuation_ids)) == ["Ġand"]
+    res = backend.score([ScoreRequest(p, "and"), ScoreRequest(Prompt(user="Ann has pens", chat=False), " and")])
+    assert res[0].n_tokens == len(a.continuation_ids) and res[1].tokens == ("Ġand",)
+
+
+# ------------------------------------------------------------------ tokenizers that merge across the boundary
+BOUNDARY_ANSWERS = ["-3", "\\frac{1}{2}", "(1,2)", "42"]
+# Qwen2's pre-tokenizer makes `{` + the answer's first character one pre-token; BPE merges them.
+MERGED = {"-3": "{-", "\\frac{1}{2}": "{\\", "(1,2)": "{("}
+TRAIN_ANSWERS = ["-3", "-12", "\\frac12", "\\frac{1}{2}", "(1,2)", "(3,4)", "42", "7", "-0.5", "\\sqrt{2}"]
+TRAIN_TEXTS = [f"Ann has {i} pens. How many? The final answer is: \\[ \\boxed{{{a}}} \\]"
+               for i in range(30) for a in TRAIN_ANSWERS]
+QUESTION = Prompt(user="Ann has 3 pens. How many?", assistant_prefix=ZERO_COT_PREFIX)
+
+
+@pytest.fixture(scope="module")
+def qwen_backend():
+    tok = train_qwen2_style_tokenizer(TRAIN_TEXTS, vocab_size=400)
+    assert {"{-", "{\\", "{("} <= set(tok.get_vocab())  # real merged tokens, as in Qwen2's vocabulary
+    return HFBackend(tiny_llama(tok, hidden=32, layers=2, heads=2), tok)
+
+
+def _generation_prompt_ids(backend, prompt, monkeypatch) -> list[int]:
+    """The ids `generate` feeds the model for `prompt` (captured from model.generate)."""
+    seen = []
+    real = backend.model.generate
+
+    def spy(input_ids, attention_mask, **kw):
+        seen.append(input_ids[attention_mask.bool()].tolist())
+        return real(input_ids=input_ids, attention_mask=attention_mask, **kw)
+
+    monkeypatch.setattr(backend.model, "generate", spy)
+    backend.generate([GenerationRequest(prompt, max_new_tokens=1)])
+    monkeypatch.undo()
+    assert len(seen) == 1
+    return seen[0]
+
+
+def _old_joint_first_token(backend, prompt, answer) -> str:
+    """What the former scoring did: joint tokenisation, first token covering the answer's first character."""
+    text = backend.render(prompt)
+    enc = backend.tokenizer(text + answer, add_special_tokens=False, return_offsets_mapping=True)
+    first = next(k for k, (s, e) in enumerate(enc["offset_mapping"]) if e > len(text) and e > s)
+    return backend.tokenizer.convert_ids_to_tokens(enc["input_ids"][first])
+
+
+@pytest.mark.parametrize("answer", BOUNDARY_ANSWERS)
+def test_scores_the_ids_generation_conditions_on(qwen_backend, monkeypatch, answer):
+    be, tok = qwen_backend, qwen_backend.tokenizer
+    gen_ids = _generation_prompt_ids(be, QUESTION, monkeypatch)
+    enc = be.encode_for_scoring([ScoreRequest(QUESTION, answer)])[0]
+    assert enc.ids[: enc.start] == gen_ids and tok.convert_ids_to_tokens(gen_ids[-1]) == "{"
+    cont = enc.ids[enc.start : enc.end]
+    assert _decodes_after(tok, gen_ids, cont) == answer  # emitted after the prompt, these ids write the answer
+    # p_first's token and value: P(t1 | generation's prompt ids), as a plain forward of those ids gives it
+    res = be.score([ScoreRequest(QUESTION, answer)])[0]
+    with torch.no_grad():
+        last = torch.log_softmax(be.model(input_ids=torch.tensor([gen_ids])).logits[0, -1].float(), -1)
+    assert res.tokens == tuple(tok.convert_ids_to_tokens(cont))
+    assert res.token_logprobs[0] == pytest.approx(last[cont[0]].item(), abs=1e-5)
+    old = _old_joint_first_token(be, QUESTION, answer)
+    if answer in MERGED:  # the former joint scoring scored `{-` etc., a token that also covers the prompt's `{`
+        assert old == MERGED[answer] != res.tokens[0] and enc.method == "standalone"
+    else:
+        assert old == res.tokens[0] and enc.method == "joint"
+
+
+def test_dummy_prefix_tokenizer_continuation_decodes_to_the_answer():
+    tok = train_sentencepiece_style_tokenizer(TRAIN_TEXTS)
+    be = HFBackend(tiny_llama(tok, hidden=32, layers=2, heads=2), tok)
+    reqs = [ScoreRequest(QUESTION, a) for a in [*BOUNDARY_ANSWERS, " 42"]]
+    reqs.append(ScoreRequest(Prompt(user="5 + 3 =", chat=False), " 8"))  # ArithMark's cloze form
+    encs = be.encode_for_scoring(reqs)
+    for r, e in zip(reqs, encs, strict=True):
+        assert e.ids[: e.start] == be.encode_prompts([r.prompt])[0]
+        assert _decodes_after(tok, e.prompt_ids, e.continuation_ids) == r.continuation, (r.continuation, e.method)
+    minus = encs[0]
+    # "-3" alone gets the dummy prefix ("▁-3" reads " -3" after the prompt): the anchored fallback drops it
+    alone = tok("-3", add_special_tokens=False)["input_ids"]
+    assert _decodes_after(tok, minus.prompt_ids, alone) == " -3" and minus.method == "anchored"
+    assert encs[3].method == encs[4].method == encs[5].method == "joint"
+    for res, e in zip(be.score(reqs), encs, strict=True):
+        assert res.n_tokens == len(e.continuation_ids) and all(math.isfinite(x) for x in res.token_logprobs)
+
+
+def test_unverifiable_continuation_is_scored_with_a_warning(caplog):
+    from tokenizers import normalizers
+
+    tok = train_tokenizer(TRAIN_TEXTS, vocab_size=300)
+    tok.backend_tokenizer.normalizer = normalizers.Lowercase()  # "X" can never decode back to "X"
+    be = HFBackend(tiny_llama(tok, hidden=32, layers=1, heads=2), tok)
+    with caplog.at_level(logging.WARNING, logger="zcp.backends.hf"):
+        enc = be.encode_for_scoring([ScoreRequest(QUESTION, "X")])[0]
+    assert enc.method == "unverified" and "decodes back" in caplog.text
+    assert be.score([ScoreRequest(QUESTION, "X")])[0].n_tokens == len(enc.continuation_ids) >= 1
+
+
+# ------------------------------------------------------------------ batch invariance
+def _varied_requests(n: int, seed: int = 0) -> list[ScoreRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        q = f"Ann has {rng.randint(1, 99)} pens" + " and gets more" * rng.randint(0, 12) + ". How many pens?"
+        if i % 4 == 3:
+            out.append(ScoreRequest(Prompt(user=q, chat=False), " " + str(rng.randint(1, 999))))
+        else:
+            out.append(ScoreRequest(Prompt(user=q, assistant_prefix=ZERO_COT_PREFIX), str(rng.randint(1, 99999))))
+    return out
+
+
+def _worst_batch_difference(backend, reqs, seed: int = 1) -> float:
+    """Max |log-prob alone - log-prob in a batch| over batches of random companions, sizes, orders, duplicates."""
+    alone = [backend.score([r])[0].token_logprobs for r in reqs]
+    rng = random.Random(seed)
+    worst = 0.0
+    for size in [2, 3, 5, 8, 13, len(reqs), len(reqs)]:
+        idx = rng.sample(range(len(reqs)), size)
+        idx += idx[:2]
+        backend.max_batch_size, backend.max_batch_tokens = rng.choice([2, 5, 64]), rng.choice([256, 16384])
+        for i, res in zip(idx, backend.score([reqs[i] for i in idx]), strict=True):
+            assert len(res.token_logprobs) == len(alone[i])
+            worst = max(worst, *(abs(x - y) for x, y in zip(res.token_logprobs, alone[i], strict=True)))
+    return worst
+
+
+def _exact_or_tight(worst: float) -> bool:
+    # Bit-exact with MKL (x86 CPU wheels; measured on 1, 2 and 4 threads): a row is padded to a length of its
+    # own (`padded_length`) and batched only with rows of that length, and the LM head never gets the few
+    # rows BLAS handles with special kernels. Other BLAS builds are held to 1e-6.
+    return worst == 0.0 if torch.backends.mkl.is_available() else worst <= 1e-6
+
+
+def test_a_request_scores_the_same_alone_or_in_any_batch(tiny_tok):
+    # hidden 64 / 4 heads: the former scoring (padding to the batch's longest row) differed by 9.5e-7 here
+    model = tiny_llama(tiny_tok, hidden=64, layers=2, heads=4)
+    worst = _worst_batch_difference(HFBackend(model, tiny_tok), _varied_requests(24))
+    assert _exact_or_tight(worst), worst
+
+
+def test_shipped_model_scores_the_same_alone_or_in_any_batch():
+    from zcp.config import asset_path
+
+    path = asset_path("base_model")
+    if not (Path(path) / "model.safetensors").exists():
+        pytest.skip("shipped base model not found")
+    backend = HFBackend.from_pretrained(path, device="cpu")
+    # the former scoring differed by 9.5e-6 here (up to 1.6e-5 on other mixes)
+    assert _exact_or_tight(_worst_batch_difference(backend, _varied_requests(16, seed=2)))
+
+
+def test_padded_length_depends_on_the_row_alone(backend):
+    from zcp.backends.hf import padded_length
+
+    for n in range(1, 700):
+        p = padded_length(n)
+        assert n <= p <= max(n + 7, n * 9 // 8 + 1) and p % 8 == 0
+        assert padded_length(n, limit=256) == (max(n, min(p, 256)))
+    reqs = _varied_requests(30)
+    lengths = [e.end for e in backend.encode_for_scoring(reqs)]
+    seen = []
+    for width, batch in backend.score_batches(lengths):
+        assert len(batch) <= backend.max_batch_size and width * len(batch) <= max(backend.max_batch_tokens, width)
+        assert {padded_length(lengths[i], 512) for i in batch} == {width}
+        seen += batch
+    assert sorted(seen) == list(range(len(reqs)))
 
 
 def test_score_errors(backend):

@@ -1,10 +1,15 @@
 """transformers backend: batched teacher-forced scoring and generation for any causal LM.
 
-Scoring tokenises prompt + continuation *jointly* and finds the continuation's tokens by character
-offsets, so boundary merges (e.g. `{1` as one token) are handled as the model would see them: the
-first continuation token is the one that covers the first continuation character, and it is scored
-given everything before it. Requests are sorted by length and packed into batches under a token
-budget (right padding for scoring, left padding for generation).
+Scoring conditions on exactly the token ids generation conditions on: the rendered prompt tokenised
+ALONE (`encode_prompts`, shared by `generate` and `score`), followed by the continuation's tokens as
+the model would emit them after it (`encode_for_scoring`, see its docstring for the rule). Tokenising
+prompt + continuation jointly would let a pre-tokenizer merge the prompt's last character with the
+answer's first (Qwen2-style `{-`, `{\\`, `{(`): p_first would then score a token the model can never
+emit after the pre-filled `\\boxed{`.
+
+Scoring right-pads each row to a length bucket of its own (`padded_length`) and batches rows of one
+bucket under a token budget, so a request's log-probs do not depend on the other requests (bit-exact
+on CPU with MKL, measured). Generation sorts prompts by length and left-pads them.
 """
 
 from __future__ import annotations
@@ -22,12 +27,56 @@ from zcp.io import model_fingerprint
 
 log = logging.getLogger(__name__)
 
+# Texts put before a continuation whose standalone tokenisation does not decode back to it (a tokenizer
+# that prepends a dummy space, SentencePiece `▁`): the anchor's own tokens are dropped afterwards.
+_ANCHORS = ("\n", "\n\n", "0", "a", " ", "§")
+_MIN_HEAD_ROWS = 16  # see `score`
 
-@dataclass
-class _Encoded:
-    ids: list[int]
-    start: int  # index of the first continuation token
-    end: int  # one past the last continuation token
+
+def padded_length(n: int, limit: int | None = None) -> int:
+    """The length a scored row of `n` tokens is right-padded to, whatever its batch: a function of `n` alone.
+
+    Buckets at least 8 tokens wide, 8 per power of two (at most 1/8 padding), capped at `limit` (the
+    model's positions). Batches only hold rows of one padded length, so a row meets the same kernels
+    (attention over the same key length, same blocking) alone or in any batch: its log-probs do not
+    depend on its companions.
+    """
+    step = max(8, 1 << max(0, n.bit_length() - 4))
+    padded = -(-n // step) * step
+    return max(n, min(padded, limit)) if limit else padded
+
+
+@dataclass(frozen=True)
+class ScoringEncoding:
+    """The token ids one score request is scored on.
+
+    `prompt_ids` are exactly the ids `HFBackend.generate` feeds the model for the same prompt;
+    `continuation_ids` are the continuation's tokens after them, scored by teacher forcing (the first
+    one is p_first's token). `method` says how the continuation was tokenised: "joint" (the joint
+    tokenisation of prompt + continuation starts with `prompt_ids`; its remainder), "standalone" (the
+    continuation tokenised on its own), "anchored" (tokenised after an anchor text whose tokens were
+    dropped) or "unverified" (no candidate decoded back to the continuation, e.g. a normalising
+    tokenizer; the joint remainder, else the standalone tokens, are used and a warning is logged).
+    """
+
+    prompt_ids: tuple[int, ...]
+    continuation_ids: tuple[int, ...]
+    method: str = "joint"
+
+    @property
+    def ids(self) -> list[int]:
+        """Prompt then continuation: the row that is fed to the model."""
+        return [*self.prompt_ids, *self.continuation_ids]
+
+    @property
+    def start(self) -> int:
+        """Index of the first continuation token in `ids`."""
+        return len(self.prompt_ids)
+
+    @property
+    def end(self) -> int:
+        """One past the last continuation token in `ids` (== len(ids))."""
+        return len(self.prompt_ids) + len(self.continuation_ids)
 
 
 def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -56,7 +105,7 @@ class HFBackend:
                  max_batch_size: int = 64, gen_batch_size: int = 32, plain_template: str = "{user}\n{prefix}",
                  progress: bool = False) -> None:
         if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("HFBackend needs a fast tokenizer (character offsets are required for scoring)")
+            raise ValueError("HFBackend needs a fast (tokenizers-backed) tokenizer")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -117,34 +166,100 @@ class HFBackend:
         # tokenizer's own special tokens (e.g. BOS for Llama-style base models).
         return not (prompt.chat and getattr(self.tokenizer, "chat_template", None))
 
-    # ------------------------------------------------------------------ scoring
-    def encode_for_scoring(self, requests: Sequence[ScoreRequest]) -> list[_Encoded]:
-        """Joint tokenisation of prompt+continuation; continuation tokens located by char offsets."""
-        out: list[_Encoded] = [None] * len(requests)  # type: ignore[list-item]
-        groups: dict[bool, list[int]] = {}
-        texts, bounds = [], []
+    # ------------------------------------------------------------------ tokenisation
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on."""
+        texts = [self.render(p) for p in prompts]
+        return self._tokenize(texts, [self._special_tokens_for(p) for p in prompts])
+
+    def _tokenize(self, texts: Sequence[str], add_special: Sequence[bool]) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in texts]
+        for flag in sorted(set(add_special)):
+            idxs = [i for i, f in enumerate(add_special) if f == flag]
+            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=flag)["input_ids"]
+            for i, ids in zip(idxs, enc, strict=True):
+                out[i] = list(ids)
+        return out
+
+    def _decode(self, seqs: Sequence[Sequence[int]]) -> list[str]:
+        # Verbatim: special tokens kept, no clean-up of spaces before punctuation.
+        return self.tokenizer.batch_decode([list(s) for s in seqs], skip_special_tokens=False,
+                                           clean_up_tokenization_spaces=False)
+
+    def encode_for_scoring(self, requests: Sequence[ScoreRequest]) -> list[ScoringEncoding]:
+        """The ids each request is scored on: the prompt's generation ids, then the continuation's tokens.
+
+        The prompt is `encode_prompts` (rendered, tokenised alone, with generation's special-token rule).
+        The continuation's tokens are the first candidate that decodes back to exactly the continuation
+        after the prompt (`decode(prompt + cont) == decode(prompt) + continuation`, i.e. the text the model
+        would have produced had it emitted those tokens):
+
+        1. "joint": if the joint tokenisation of prompt + continuation starts with exactly the prompt's
+           ids, its remainder (the common case: the continuation is tokenised as in running text, so
+           " 42" after "EXPR =" keeps a byte-level tokenizer's merged space);
+        2. "standalone": otherwise (a merge across the boundary, e.g. `{` + `-3` -> `{-`, `3`, or "is" +
+           "land" -> "island"), the continuation tokenised on its own, without special tokens;
+        3. "anchored": when that does not decode back (a tokenizer that prepends a dummy space, `▁-3`),
+           the continuation tokenised after an anchor text (a newline, ...) whose own ids are dropped.
+
+        If none verifies (a normalising tokenizer: NFKC, lower-casing) the joint remainder, else the
+        standalone ids, are used and a warning is logged. Any other engine (vLLM prompt_token_ids, ...)
+        should score these same ids.
+        """
         for i, r in enumerate(requests):
             if not r.continuation:
                 raise ValueError(f"score request {i}: empty continuation")
-            p = self.render(r.prompt)
-            texts.append(p + r.continuation)
-            bounds.append(len(p))
-            groups.setdefault(self._special_tokens_for(r.prompt), []).append(i)
-        for add_special, idxs in groups.items():
-            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=add_special,
-                                 return_offsets_mapping=True)
-            for j, i in enumerate(idxs):
-                ids, offs = enc["input_ids"][j], enc["offset_mapping"][j]
-                b = bounds[i]
-                cont = [k for k, (s, e) in enumerate(offs) if e > b and e > s]
-                if not cont:
+        flags = [self._special_tokens_for(r.prompt) for r in requests]
+        texts = [self.render(r.prompt) for r in requests]
+        prompt_ids = self._tokenize(texts, flags)
+        joint = self._tokenize([t + r.continuation for t, r in zip(texts, requests, strict=True)], flags)
+        for i, p in enumerate(prompt_ids):
+            if not p:
+                raise ValueError(f"score request {i}: nothing precedes the continuation (empty prompt, no BOS)")
+        prompt_text = self._decode(prompt_ids)
+        cands: list[list[int] | None] = [
+            j[len(p):] if len(j) > len(p) and j[: len(p)] == p else None for p, j in zip(prompt_ids, joint, strict=True)
+        ]
+        out: list[ScoringEncoding | None] = [None] * len(requests)
+        self._accept(out, "joint", cands, prompt_ids, prompt_text, requests)
+        todo = [i for i, e in enumerate(out) if e is None]
+        if todo:
+            alone = self._tokenize([requests[i].continuation for i in todo], [False] * len(todo))
+            standalone: dict[int, list[int]] = dict(zip(todo, alone, strict=True))
+            self._accept(out, "standalone", [standalone.get(i) for i in range(len(requests))], prompt_ids,
+                         prompt_text, requests)
+            for anchor in _ANCHORS:
+                todo = [i for i, e in enumerate(out) if e is None]
+                if not todo:
+                    break
+                a = self._tokenize([anchor], [False])[0]
+                ac = self._tokenize([anchor + requests[i].continuation for i in todo], [False] * len(todo))
+                anchored: dict[int, list[int]] = {
+                    i: x[len(a):] for i, x in zip(todo, ac, strict=True) if len(x) > len(a) and x[: len(a)] == a
+                }
+                self._accept(out, "anchored", [anchored.get(i) for i in range(len(requests))], prompt_ids,
+                             prompt_text, requests)
+            for i in [i for i, e in enumerate(out) if e is None]:
+                ids = cands[i] or standalone[i]
+                if not ids:
                     raise ValueError(f"score request {i}: continuation produced no tokens")
-                start, end = cont[0], cont[-1] + 1
-                if start == 0:
-                    raise ValueError(f"score request {i}: nothing precedes the continuation (empty prompt, no BOS)")
-                out[i] = _Encoded(ids=list(ids), start=start, end=end)
-        return out
+                log.warning("score request %d: no tokenisation of the continuation %r decodes back to it; "
+                            "scoring %s", i, requests[i].continuation, self.tokenizer.convert_ids_to_tokens(ids))
+                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(ids), "unverified")
+        return out  # type: ignore[return-value]
 
+    def _accept(self, out: list[ScoringEncoding | None], method: str, cands: Sequence[list[int] | None],
+                prompt_ids: Sequence[list[int]], prompt_text: Sequence[str], requests: Sequence[ScoreRequest]) -> None:
+        """Fill the open slots of `out` whose candidate ids decode back to the continuation after the prompt."""
+        idxs = [i for i, e in enumerate(out) if e is None and cands[i]]
+        if not idxs:
+            return
+        texts = self._decode([prompt_ids[i] + cands[i] for i in idxs])  # type: ignore[operator]
+        for i, text in zip(idxs, texts, strict=True):
+            if text == prompt_text[i] + requests[i].continuation:
+                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(cands[i]), method)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ scoring
     def batches(self, lengths: Sequence[int], max_rows: int) -> list[list[int]]:
         """Indices grouped into length-sorted batches under the token budget."""
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -160,9 +275,23 @@ class HFBackend:
             batches.append(cur)
         return batches
 
-    def collate(self, seqs: Sequence[list[int]], left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pad token lists into (input_ids, attention_mask) on the model's device."""
-        n = max(len(s) for s in seqs)
+    def score_batches(self, lengths: Sequence[int]) -> list[tuple[int, list[int]]]:
+        """(padded length, indices) of each scoring batch: rows of one `padded_length` only, longest first."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        buckets: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            buckets.setdefault(padded_length(n, limit), []).append(i)
+        out = []
+        for width in sorted(buckets, reverse=True):
+            idxs = buckets[width]
+            rows = max(1, min(self.max_batch_size, self.max_batch_tokens // width))
+            out += [(width, idxs[k : k + rows]) for k in range(0, len(idxs), rows)]
+        return out
+
+    def collate(self, seqs: Sequence[Sequence[int]], left: bool = False,
+                length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pad token lists (to the longest, or to `length`) into (input_ids, attention_mask) on the model's device."""
+        n = max([len(s) for s in seqs] + [length or 0])
         ids = torch.full((len(seqs), n), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), n), dtype=torch.long)
         for r, s in enumerate(seqs):
@@ -185,35 +314,42 @@ class HFBackend:
 
     @torch.inference_mode()
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """Teacher-forced log P(t_k | prompt, t_<k) for every continuation token, batched."""
+        """Teacher-forced log P(t_k | prompt, t_<k) for every continuation token, batched.
+
+        Scored on `encode_for_scoring`'s ids: the prompt exactly as `generate` encodes it, so p_first is
+        the probability of the first token the model would emit after the pre-filled prefix. A request's
+        log-probs do not depend on the other requests (batch invariance, see `padded_length`; bit-exact on
+        CPU with MKL, measured; on GPU kernels chosen by batch shape leave float noise).
+        """
         if not requests:
             return []
         enc = self.encode_for_scoring(requests)
         results: list[ScoreResult | None] = [None] * len(requests)
-        batches = self.batches([e.end for e in enc], self.max_batch_size)
-        for batch in _progress(batches, self.progress, "score"):
-            # Tokens after the continuation are never needed: cut each row at its `end`.
-            ids, mask = self.collate([enc[i].ids[: enc[i].end] for i in batch])
-            # Logits only from the first position any row needs (rows are length-sorted, so that is the last
-            # few): the LM head over every position costs compute and, with a 150k vocabulary, gigabytes.
+        for width, batch in _progress(self.score_batches([e.end for e in enc]), self.progress, "score"):
+            ids, mask = self.collate([enc[i].ids for i in batch], length=width)
+            # Logits only from the first position any row needs: the LM head over every position costs
+            # compute and, with a 150k vocabulary, gigabytes. But at least _MIN_HEAD_ROWS rows in all: BLAS
+            # takes special paths for a handful of rows (gemv for one, small-M kernels) whose row results
+            # differ from its blocked kernel's, so a short request alone would get other logits than in a batch.
             keep = ids.shape[1] - min(enc[i].start for i in batch) + 1
+            keep = max(keep, min(ids.shape[1], -(-_MIN_HEAD_ROWS // len(batch))))
             logits = self._logits(ids, mask, keep)
             offset = ids.shape[1] - logits.shape[1]
             rows, pos, tgt = [], [], []
             for r, i in enumerate(batch):
                 e = enc[i]
-                rows += [r] * (e.end - e.start)
+                rows += [r] * len(e.continuation_ids)
                 pos += range(e.start - 1 - offset, e.end - 1 - offset)
-                tgt += e.ids[e.start : e.end]
+                tgt += e.continuation_ids
             sel = logits[torch.tensor(rows, device=self.device), torch.tensor(pos, device=self.device)]
             lp = torch.log_softmax(sel.float(), dim=-1)
             tok_lp = lp.gather(1, torch.tensor(tgt, device=self.device)[:, None])[:, 0].tolist()
             k = 0
             for i in batch:
-                n = enc[i].end - enc[i].start
-                results[i] = ScoreResult(token_logprobs=tuple(tok_lp[k : k + n]),
-                                         tokens=tuple(self.tokenizer.convert_ids_to_tokens(enc[i].ids[enc[i].start : enc[i].end])))
-                k += n
+                cont = enc[i].continuation_ids
+                results[i] = ScoreResult(token_logprobs=tuple(tok_lp[k : k + len(cont)]),
+                                         tokens=tuple(self.tokenizer.convert_ids_to_tokens(list(cont))))
+                k += len(cont)
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ generation
@@ -228,15 +364,13 @@ class HFBackend:
         """Generated continuations (greedy unless temperature > 0), batched by settings and length."""
         if not requests:
             return []
-        texts = [self.render(r.prompt) for r in requests]
+        prompt_ids = self.encode_prompts([r.prompt for r in requests])  # the ids `score` conditions on too
         outputs: list[str] = [""] * len(requests)
         groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
-            key = (r.max_new_tokens, r.stop, r.stop_at_box_close, r.temperature, r.seed,
-                   self._special_tokens_for(r.prompt))
-            groups.setdefault(key, []).append(i)
-        for (max_new, stop, box, temp, seed, add_special), idxs in groups.items():
-            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=add_special)["input_ids"]
+            groups.setdefault((r.max_new_tokens, r.stop, r.stop_at_box_close, r.temperature, r.seed), []).append(i)
+        for (max_new, stop, box, temp, seed), idxs in groups.items():
+            enc = [prompt_ids[i] for i in idxs]
             lengths = [len(x) for x in enc]
             for batch in _progress(self.batches(lengths, self.gen_batch_size), self.progress, "generate"):
                 seqs = [enc[j] for j in batch]
