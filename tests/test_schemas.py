@@ -30,6 +30,25 @@ def test_real_configs_compose_and_validate(name, extra):
         assert float(checked["exposure"].sft_epochs) > 0 and int(checked["exposure"].lora_r) >= 1
 
 
+@pytest.mark.parametrize(("name", "extra"), [
+    ("detect", ["data=gsm8k", "data.reference_path=y"]), ("detect", ["data=omnimath", "data.reference_path=y"]),
+    ("build_data", ["data=wordproblems"]), ("build_data", ["data=arithmark"]),
+    ("detect", ["data.path=x", "data.reference_path=y", "data.fields={question: problem}", "+data.variant_paths.more=z"]),
+])
+def test_every_data_option_extends_the_typed_schema(name, extra):
+    cfg = _compose(name, extra)
+    validate(cfg)
+    with pytest.raises(ConfigCompositionException):
+        _compose(name, [*extra, "data.limitt=3"])
+
+
+@pytest.mark.parametrize(("override", "key"), [("data.pair_by=row", "data.pair_by"), ("data.limit=0", "data.limit"),
+                                              ("data.format=csv", "data.format"), ("data.on_invalid=ignore", "data.on_invalid")])
+def test_data_values_are_checked(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(_compose("detect", ["data.path=x", "data.reference_path=y", override]))
+
+
 def test_defaults_live_in_the_schema():
     cfg = _compose("detect", ["data.path=x", "data.reference_path=y"])
     assert dict(cfg.stats) == {"test": "permutation", "bootstrap_samples": 10_000, "alpha": 0.05,

@@ -333,7 +333,10 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     """
     from omegaconf import DictConfig, OmegaConf
 
-    from zcp.config import run_dir, save_config, to_dict
+    from zcp.config import run_dir, save_config, to_dict, validate
+
+    if isinstance(cfg, DictConfig):
+        validate(cfg)  # the typed groups (data) in range before anything is read
     from zcp.data.loaders import save_items
     from zcp.data.split import split_items
     from zcp.io import seed_everything, write_jsonl

@@ -7,7 +7,8 @@ the key named. Ranges and choices are checked by each dataclass's `__post_init__
 `validate(cfg)` runs right after composition — before any file is read or any model loads.
 
 Groups: `stats` (the test), `run` (probing in chunks), `detect` (the simulation's detection stage),
-`exposure` (the contamination knobs). The `train.sft` / `train.grpo` groups are checked field by field
+`exposure` (the contamination knobs), `data` (a benchmark file, its reference set and variants; every
+conf/data/*.yaml extends conf/data/jsonl.yaml, which extends this schema). The `train.sft` / `train.grpo` groups are checked field by field
 against TRL's own dataclasses (zcp.training.sft).
 """
 
@@ -116,8 +117,75 @@ class ExposureConfig:
                "variants or originals")
 
 
+FORMATS = ("items", "gsm8k", "zcp_release", "jsonl", "wordproblems", "arithmark")
+PAIR_BY = ("id", "original_id", "original_index", "position")
+
+
+@dataclass
+class FieldsConfig:
+    """Source field names of a JSONL/JSON/parquet file (null: the default name)."""
+
+    id: str | None = None
+    question: str | None = None
+    answer: str | None = None
+    solution: str | None = None
+    metadata: str | None = None
+    original_id: str | None = None  # reference/variant rows: the original item's id
+    original_index: str | None = None  # data rows: the source benchmark's index (default original_index|index|idx)
+    original_question: str | None = None  # reference/variant rows: the original's text, checked when present
+
+
+@dataclass
+class DataConfig:
+    """A benchmark file with its reference set and optional variants (conf/data/*.yaml extend this).
+
+    Keys are documented in conf/data/jsonl.yaml and zcp.data.loaders; generators use n / generator_seed
+    (word problems) and n_per_stage (ArithMark).
+    """
+
+    name: str = "custom"
+    path: Any = None
+    format: str = "items"
+    fields: FieldsConfig = field(default_factory=FieldsConfig)
+    variant: str | None = None
+    limit: int | None = None
+    sample: int | None = None
+    sample_seed: Any = "${oc.select:seed,0}"
+    on_invalid: str = "error"
+    pair_by: str | None = None
+    reference_path: Any = None
+    reference_format: str = "items"
+    reference_fields: Any = None
+    reference_variant: str | None = None
+    variant_paths: dict[str, str | None] = field(default_factory=lambda: {"paraphrased": None})
+    variant_format: str | None = None
+    variant_fields: Any = None
+    variant_prefix: str | None = None
+    manifest: str | None = None
+    missing_reference: str = "error"
+    n: int | None = None  # format wordproblems: items generated
+    generator_seed: int | None = None  # generators: null = the run's seed
+    n_per_stage: int | None = None  # format arithmark: records per stage
+    families: list[str] | None = None  # format wordproblems: families to generate (null: all)
+
+    def __post_init__(self) -> None:
+        for key, val in (("format", self.format), ("reference_format", self.reference_format),
+                         ("variant_format", self.variant_format)):
+            _check(val is None or val in FORMATS, f"data.{key}", val, f"one of {list(FORMATS)}")
+        _check(self.on_invalid in ("error", "skip"), "data.on_invalid", self.on_invalid, "error or skip")
+        _check(self.missing_reference in ("error", "skip"), "data.missing_reference", self.missing_reference,
+               "error or skip")
+        _check(self.pair_by is None or self.pair_by in PAIR_BY, "data.pair_by", self.pair_by,
+               f"null or one of {list(PAIR_BY)}")
+        for key in ("limit", "sample", "n", "n_per_stage"):
+            val = getattr(self, key)
+            _check(val is None or val >= 1, f"data.{key}", val, "null or >= 1")
+        _check(self.limit is None or self.sample is None, "data.sample", self.sample,
+               "null when data.limit is set (limit = the first N, sample = N at random: choose one)")
+
+
 SCHEMAS: dict[str, type] = {"stats": StatsConfig, "run": RunConfig, "detect": SimDetectConfig,
-                            "exposure": ExposureConfig}
+                            "exposure": ExposureConfig, "data": DataConfig}
 
 
 def register_schemas() -> None:
