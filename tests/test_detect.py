@@ -274,3 +274,47 @@ def test_truncated_run_meta_names_the_file(tmp_path):
     meta.write_text(meta.read_text()[:10])
     with pytest.raises(RunDirError, match=r"run_meta\.json is truncated"):
         detect(FakeBackend(mem, truth), [ds], ProbeConfig(), tmp_path, settings)
+
+
+def _tiny_backend(items, max_positions):
+    from zcp.backends.hf import HFBackend
+    from zcp.testing import tiny_llama, train_tokenizer
+
+    tok = train_tokenizer([it.question + " " + it.answer for it in items] * 3, vocab_size=300)
+    return HFBackend(tiny_llama(tok, seed=2, max_positions=max_positions), tok)
+
+
+def _long_and_short(n=6):
+    items = [Item(f"i{k}", ("Tom has many apples in a big basket. " * (8 if k % 3 == 0 else 1))
+                  + f"He has {k + 3} and buys {k + 1} more. How many?", str(2 * k + 4)) for k in range(n)]
+    ref = {it.id: [Item(f"{it.id}::r0", it.question.replace("He has", "She has"), str(int(it.answer) + 1),
+                        metadata={"original_id": it.id})] for it in items}
+    return items, ref
+
+
+def test_context_overflow_is_refused_by_default_before_probing(tmp_path):
+    from zcp.data.schema import DataError
+
+    items, ref = _long_and_short()
+    backend = _tiny_backend(items, max_positions=64)
+    with pytest.raises(DataError, match=r"4 of 12 probe prompts need more positions than the model's 64"):
+        detect(backend, [DetectDataset("D", items, ref)], ProbeConfig(metrics=("p_first", "p_all")), tmp_path,
+               DetectSettings(progress=False))
+    assert not (tmp_path / "records.jsonl").exists()
+
+
+def test_context_overflow_skip_and_truncate(tmp_path):
+    items, ref = _long_and_short()
+    backend = _tiny_backend(items, max_positions=64)
+    probe = ProbeConfig(metrics=("p_first", "p_all"))
+    s = detect(backend, [DetectDataset("D", items, ref)], probe, tmp_path / "skip",
+               DetectSettings(progress=False, on_overflow="skip", bootstrap_samples=100))
+    assert {o["original_id"] for o in s["overflow"]} == {"i0", "i3"}
+    assert all(o["action"] == "skipped item" and o["positions_needed"] > 64 for o in s["overflow"])
+    assert s["results"][0]["n"] == 4
+    t = detect(backend, [DetectDataset("D", items, ref)], probe, tmp_path / "trunc",
+               DetectSettings(progress=False, on_overflow="truncate", bootstrap_samples=100))
+    assert t["results"][0]["n"] == 6 and len(t["overflow"]) == 4
+    assert all(o["action"].startswith("truncated") for o in t["overflow"])
+    recs = [json.loads(x) for x in (tmp_path / "trunc" / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 12

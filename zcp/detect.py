@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
-from zcp.data.schema import Item
+from zcp.data.schema import DataError, Item
 from zcp.io import RunDirError, RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
-from zcp.probe import ProbeConfig, metric_value, probe_items
+from zcp.probe import ProbeConfig, metric_value, positions_needed, probe_items
 from zcp.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ SUMMARY = "summary.json"
 TABLE = "table.md"
 PLOT = "c_cont.png"
 META = "run_meta.json"
+OVERFLOW_POLICIES = ("error", "skip", "truncate")
 UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
 
 
@@ -74,6 +75,7 @@ class DetectSettings:
     reference_draws: str = "all"  # stability display per seed: all draws | per_seed (draws j with j mod n_seeds = k)
     chunk_size: int = 64
     progress: bool = True
+    on_overflow: str = "error"  # a prompt longer than the model's context: error | skip | truncate
 
     def __post_init__(self) -> None:
         from zcp.config import ConfigError
@@ -92,6 +94,8 @@ class DetectSettings:
             raise ConfigError(f"stats.test must be one of {list(TESTS)}, not {self.test!r}")
         if self.reference_draws not in ("all", "per_seed"):
             raise ConfigError(f"stats.reference_draws must be all or per_seed, not {self.reference_draws!r}")
+        if self.on_overflow not in OVERFLOW_POLICIES:
+            raise ConfigError(f"data.on_overflow must be one of {list(OVERFLOW_POLICIES)}, not {self.on_overflow!r}")
         if int(self.chunk_size) < 1:
             raise ConfigError(f"run.chunk_size must be >= 1, got {self.chunk_size}")
 
@@ -127,8 +131,61 @@ def _load_existing(path: Path) -> list[dict[str, Any]]:
     return list(unique.values())
 
 
+def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Backend, probe: ProbeConfig,
+                policy: str) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
+    """Apply the context-overflow policy to the units; returns the units to probe and what was done.
+
+    A unit overflows when its probe needs more positions than the model has (`probe.positions_needed`).
+    error: refuse, counting them, before anything is probed; skip: leave out the overflowing rows, and the
+    whole item when its original overflows; truncate: cut the start of the question ("…" marks the cut)
+    until the probe fits, recorded per unit.
+    """
+    limit = getattr(backend, "context_length", None)
+    need = positions_needed(backend, [it for _, it in units], probe) if limit else None
+    if not need:
+        return units, []
+    over = [k for k, n in enumerate(need) if n > limit]
+    if not over:
+        return units, []
+    report = [{"split": units[k][0][0], "variant": units[k][0][1], "original_id": units[k][0][2],
+               "draw": units[k][0][3], "positions_needed": need[k], "context_length": limit} for k in over]
+    if policy == "error":
+        first = report[0]
+        raise DataError(f"{len(over)} of {len(units)} probe prompts need more positions than the model's "
+                        f"{limit} (e.g. item {first['original_id']} ({first['variant']}) needs "
+                        f"{first['positions_needed']}); set data.on_overflow=skip or truncate", field="on_overflow")
+    if policy == "skip":
+        dropped_items = {(units[k][0][0], units[k][0][2]) for k in over if units[k][0][1] == ORIGINAL}
+        bad = set(over)
+        kept = [u for k, u in enumerate(units) if k not in bad and (u[0][0], u[0][2]) not in dropped_items]
+        for r in report:
+            r["action"] = "skipped item" if (r["split"], r["original_id"]) in dropped_items else "skipped row"
+        return kept, report
+    out = list(units)
+    for k, r in zip(over, report, strict=True):
+        key, it = units[k]
+        q, cut = it.question, 0
+        for _ in range(24):
+            (n,) = positions_needed(backend, [Item(it.id, q, it.answer, it.solution, it.metadata)], probe) or [0]
+            if n <= limit:
+                break
+            excess = n - limit
+            cut += max(1, int(excess * len(q) / max(1, n) * 1.5))
+            q = "…" + it.question[cut:]
+            if cut >= len(it.question):
+                raise DataError(f"item {key[2]} ({key[1]}): the probe needs {n} positions even with its question "
+                                f"cut away (the model has {limit}); lower probe.*_max_tokens", field="on_overflow")
+        else:
+            raise DataError(f"item {key[2]} ({key[1]}): could not truncate the question to fit {limit} positions",
+                            field="on_overflow")
+        out[k] = (key, Item(it.id, q, it.answer, it.solution, {**it.metadata, "truncated_chars": cut}))
+        r["action"] = f"truncated {cut} characters"
+    return out, report
+
+
 def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
-                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
+                    overflow: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
 
     `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
@@ -140,6 +197,13 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     keys = [k for k, _ in units]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate (split, variant, original_id, draw) units: split names must be unique")
+    units, report = fit_context(units, backend, probe, settings.on_overflow)
+    keys = [k for k, _ in units]
+    if overflow is not None:
+        overflow.extend(report)
+    if report:
+        log.warning("%d probe prompts exceed the model's context: %s (listed in summary.json)", len(report),
+                    settings.on_overflow)
     fp = _fingerprint(units, backend, probe)
     meta_path = out / META
     if meta_path.exists():
@@ -314,7 +378,8 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
                    on_ready: Callable[[], Any] | None) -> dict[str, Any]:
     from zcp.report import results_rows, write_reports
 
-    records = collect_records(backend, datasets, probe, out, settings, on_ready)
+    overflow: list[dict[str, Any]] = []
+    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow)
     summary: dict[str, Any] = {
         "model": getattr(backend, "name", None),
         "metrics": list(probe.metrics),
@@ -323,6 +388,8 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
         "test": settings.test,
         "alpha": settings.alpha,
         "reference_draws": settings.reference_draws,
+        "on_overflow": settings.on_overflow,
+        "overflow": overflow,
         "datasets": [{"split": ds.split, "n_items": len(ds.originals),
                       "n_reference_rows": sum(len(v) for v in ds.reference.values()),
                       "variants": {k: sum(len(x) for x in v.values()) for k, v in ds.variants.items()}}
@@ -450,7 +517,8 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
                               alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
                               reference_draws=str(cfg.stats.reference_draws),
-                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress))
+                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
+                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
     probe = probe_config(cfg.probe)
     datasets, skipped = load_datasets(cfg.data)
     backend = build_backend(cfg.model)

@@ -71,6 +71,26 @@ def full_cot_prompt(question: str, cfg: ProbeConfig) -> Prompt:
     return Prompt(user=cfg.user_template.format(question=question) + cfg.full_cot_suffix, system=cfg.system)
 
 
+def positions_needed(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[int] | None:
+    """Positions each item's probe needs: zero-CoT prompt + max(answer tokens, generation budget), and the
+    full-CoT prompt + its budget when `con` runs. None when the backend cannot count tokens."""
+    count = getattr(backend, "count_tokens", None)
+    if count is None or not items:
+        return None if count is None else []
+    prefill = _prefill(cfg, backend)
+    z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items], [it.answer for it in items])
+    need = []
+    for k in range(len(items)):
+        tail = ans[k] if {"p_first", "p_all"} & set(cfg.metrics) else 0
+        if {"acc", "con"} & set(cfg.metrics):
+            tail = max(tail, cfg.zero_cot_max_tokens)
+        need.append(z[k] + tail)
+    if "con" in cfg.metrics:
+        full, _ = count([full_cot_prompt(it.question, cfg) for it in items])
+        need = [max(n, f + cfg.full_cot_max_tokens) for n, f in zip(need, full, strict=True)]
+    return need
+
+
 def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[dict[str, Any]]:
     """Per-item probe records (prediction, correct, consistent, p_first, p_all, malformed) for `items`."""
     prefill = _prefill(cfg, backend)

@@ -163,6 +163,7 @@ class DataConfig:
     variant_prefix: str | None = None
     manifest: str | None = None
     missing_reference: str = "error"
+    on_overflow: str = "error"  # a probe prompt longer than the model's context: error | skip | truncate
     n: int | None = None  # format wordproblems: items generated
     generator_seed: int | None = None  # generators: null = the run's seed
     n_per_stage: int | None = None  # format arithmark: records per stage
@@ -175,6 +176,8 @@ class DataConfig:
         _check(self.on_invalid in ("error", "skip"), "data.on_invalid", self.on_invalid, "error or skip")
         _check(self.missing_reference in ("error", "skip"), "data.missing_reference", self.missing_reference,
                "error or skip")
+        _check(self.on_overflow in ("error", "skip", "truncate"), "data.on_overflow", self.on_overflow,
+               "error, skip or truncate")
         _check(self.pair_by is None or self.pair_by in PAIR_BY, "data.pair_by", self.pair_by,
                f"null or one of {list(PAIR_BY)}")
         for key in ("limit", "sample", "n", "n_per_stage"):

@@ -167,6 +167,18 @@ class HFBackend:
         return not (prompt.chat and getattr(self.tokenizer, "chat_template", None))
 
     # ------------------------------------------------------------------ tokenisation
+    @property
+    def context_length(self) -> int | None:
+        """Positions the model has (max_position_embeddings), or None when the config does not say."""
+        n = getattr(self.model.config, "max_position_embeddings", None)
+        return int(n) if n else None
+
+    def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+        """Token counts of rendered prompts (as generation sees them) and of bare texts (e.g. answers)."""
+        plen = [len(ids) for ids in self.encode_prompts(prompts)] if prompts else []
+        tlen = [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+        return plen, tlen
+
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on."""
         texts = [self.render(p) for p in prompts]
