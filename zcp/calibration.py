@@ -881,8 +881,9 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
 
 
 def _source_label(path: Path, split: str) -> str:
-    skip = {"outputs", "contaminate", "detect", "records.jsonl", ".", ""}
-    parts = [p for p in path.parts[-4:] if p not in skip]
+    """A short name for a records file and split, e.g. demo__ab12/FT/C or base-detect__cd34/U."""
+    skip = {"outputs", "contaminate", "detect", ".", "", "/"}
+    parts = [p for p in path.parent.parts[-3:] if p not in skip]
     return "/".join([*parts, split])
 
 
@@ -927,17 +928,18 @@ def item_table(records: Iterable[Mapping[str, Any]], metrics: Sequence[str]
     return ["/".join(k) for k in keys], X, Y
 
 
-def score_benchmark(cfg: Any, s: BaseModelSettings, progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def score_benchmark(cfg: Any, s: BaseModelSettings, datasets: Sequence[Any], skipped: Sequence[Mapping[str, Any]],
+                    progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Probe every original and reference item once with the real probe machinery (resumable, batched).
 
-    The records live in <records_root>/<data>__<model>__<hash of model content, data and probe config>,
-    shared by every calibration run with the same model, data and probe settings.
+    `datasets`, `skipped`: zcp.detect.load_datasets(cfg.data). The records live in
+    <records_root>/<data>__<model>__<hash of model content, data and probe config>, shared by every
+    calibration run with the same model, data and probe settings.
     """
     from zcp.config import build_backend, model_name, to_dict
-    from zcp.detect import DetectSettings, collect_records, load_datasets, probe_config
+    from zcp.detect import DetectSettings, collect_records, probe_config
     from zcp.io import model_fingerprint
 
-    datasets, skipped = load_datasets(cfg.data)
     probe = probe_config(cfg.probe)
     probe.metrics = list(s.metrics)
     key = stable_hash(json.dumps({"model": to_dict(cfg.model), "weights": model_fingerprint(cfg.model.get("path")),
@@ -950,7 +952,9 @@ def score_benchmark(cfg: Any, s: BaseModelSettings, progress: bool = True) -> tu
     secs = time.perf_counter() - t0
     n_units = sum(len(ds.work()) for ds in datasets)
     return records, {"records_dir": str(out), "units": n_units, "scoring_seconds": secs,
-                     "items": sum(len(ds.originals) for ds in datasets), "skipped_rows": len(skipped),
+                     "items": sum(len(ds.originals) for ds in datasets),
+                     "items_without_reference": sum(x.get("reason") == "no reference row" for x in skipped),
+                     "data_issues": len(skipped),
                      "model": model_name(cfg.model), "probe_metrics": list(probe.metrics)}
 
 
@@ -1178,6 +1182,17 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float],
         rm = rate_matrix(rows, part, a0, [*TESTS, "sign+bootstrap"])
         if rm:
             out += [f"### {title}: rejection rate at alpha = {a0:g}", "", rm]
+            bm = info.get("base_model") or {}
+            if part == "c" and bm:
+                cfg_c = info.get("base_model_settings") or {}
+                out += [f"Pool: {bm.get('pool_items')} items with reference draws ({bm.get('items_without_reference')} "
+                        f"without, left out); {bm.get('units')} units probed once ({', '.join(bm.get('probe_metrics', []))}) "
+                        f"in {bm.get('scoring_seconds', 0):.0f} s by {bm.get('model')}; {cfg_c.get('subsets')} random "
+                        f"subsets of {cfg_c.get('subset_size')} items, B = {cfg_c.get('B')}. The subsets share items, "
+                        "so their verdicts are dependent and the CI is nominal.", ""]
+            if part == "b":
+                out += ["The pseudo-original is a uniform pick among an item's reference draws, so H0 holds by "
+                        "construction; m = reference draws left per item.", ""]
     full = info.get("base_model", {}).get("full_pool")
     if full:
         tests = [k[2:] for k in full[0] if k.startswith("p_")]
@@ -1350,6 +1365,11 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
         extra = {"model": model_fingerprint(cfg.model.get("path"))}
     out = run_dir(cfg, "calibration", str(c.get("name") or "calibration"), extra=extra)
     save_config(cfg, out)
+    bench = None
+    if "base_model" in parts and (c.get("data") or {}).get("reference_path"):
+        from zcp.detect import load_datasets
+
+        bench = load_datasets(cfg.data)  # before the long parts: a data mistake fails in seconds
     rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {"output_dir": str(out), "alphas": alphas, "discrete_below": discrete_below,
                             "flags": {"high": high, "low": low}, "runtime_seconds": {}, "skipped": {}}
@@ -1386,26 +1406,27 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
         if "base_model" in parts:
             t0 = time.perf_counter()
             s = _settings(BaseModelSettings, c.get("base_model"))
-            if not (c.get("data") or {}).get("reference_path"):
+            if bench is None:
                 why = ("data.reference_path is not set: build the reference set with "
                        "`python evaluate/run_build_data.py data=gsm8k reference.m=3` and pass "
                        "data.reference_path=<output_dir>/reference.jsonl")
                 info["skipped"]["base_model"] = why
                 log.warning("base_model skipped: %s", why)
             else:
-                records, binfo = score_benchmark(cfg, s, progress)
+                records, binfo = score_benchmark(cfg, s, *bench, progress=progress)
                 keys, X, Y = item_table(records, list(s.metrics))
                 r, full = subset_study(X, Y, list(s.metrics), s, alphas, seed, discrete_below=discrete_below,
                                        label=f"{model_name(cfg.model)} on {c['data'].get('name')}", progress=progress)
                 rows += r
                 info["base_model"] = {**binfo, "pool_items": len(keys), "full_pool": full}
+                info["base_model_settings"] = {"subsets": s.subsets, "subset_size": s.subset_size, "B": s.B}
             info["runtime_seconds"]["base_model"] = time.perf_counter() - t0
         info["runtime_seconds"]["total"] = time.perf_counter() - t_all
         for row in rows:
             if row["part"] != "power":
                 flag_row(row, alphas[0], high, low)
         files = write_calibration_reports(rows, alphas, info, c, out)
-        tracker.table("calibration", [{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows])
+        tracker.table("calibration", _table_rows(rows))
         tracker.table("max_type1", max_type1(rows, alphas[0]))
         tracker.summary({f"max_type1/{r['regime']}/{r['kind']}/{r['test']}": r["max_rate"]
                          for r in max_type1(rows, alphas[0])})
@@ -1417,6 +1438,28 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
     print(Path(files["summary_md"]).read_text())
     print(f"wrote {out}")
     return {"rows": rows, "info": info, "files": {k: str(v) for k, v in files.items()}}
+
+
+def _table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with one column set and one type per column (W&B tables refuse mixed types): labels as text,
+    rates as floats (NaN where a row has none)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    text = {"part", "regime", "metric", "test", "m", "n", "flag"}
+    out = []
+    for r in rows:
+        row: dict[str, Any] = {}
+        for c in cols:
+            v = r.get(c)
+            if c in text:
+                row[c] = "" if v is None else str(v)
+            elif isinstance(v, bool) or c == "discrete_limited":
+                row[c] = bool(v)
+            else:
+                row[c] = float("nan") if v is None else float(v)
+        out.append(row)
+    return out
 
 
 def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float], info: Mapping[str, Any],
