@@ -225,6 +225,7 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     assert parts == {"a", "a-joint", "power", "b", "c"}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["info"]["simulation"]["library_check_max_abs_diff"] < 1e-9
+    assert summary["info"]["real_null"]["sources"][0]["library_check_max_abs_diff"] < 1e-9
     assert summary["info"]["skipped"] == {}
     assert summary["info"]["base_model"]["pool_items"] == 16
     b_rows = [r for r in res["rows"] if r["part"] == "b"]

@@ -776,6 +776,7 @@ class RealNullSettings:
     replicates: int = 1000
     n_items: Sequence[int | None] = (None,)  # subsample items per replicate (None: all usable items)
     B: int = 999
+    library_check: int = 20  # replicates whose exact binary p is recomputed by zcp.stats.paired_test
 
 
 def _ref_arg(refs: Sequence[np.ndarray], col: int) -> np.ndarray | list[np.ndarray]:
@@ -838,7 +839,11 @@ def run_replicates(orig: Sequence[np.ndarray], refs: Sequence[Sequence[np.ndarra
 
 def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, discrete_below: float,
                     progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Type-I error on real scores: per records file and split, pseudo-originals drawn from the references."""
+    """Type-I error on real scores: per records file and split, pseudo-originals drawn from the references.
+
+    Sources whose items all have the same number of draws are tested vectorised (as in part (a), with the
+    exact binary test checked against the library); ragged ones through zcp.stats.paired_test.
+    """
     from zcp.io import read_jsonl
 
     paths = expand_paths(s.records)
@@ -864,8 +869,13 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
                 n_eff = len(usable) if n_items is None else min(int(n_items), len(usable))
                 rng = _cell_rng(seed, "real", label, n_eff)
                 reps = [pseudo_null(draws, rng, n_eff) for _ in range(s.replicates)]
-                pv, attain = run_replicates([r[0] for r in reps], [r[1] for r in reps], metrics, s.tests, s.B,
-                                             alphas, seed, progress, desc=f"real null {label} n={n_eff}")
+                if len(src["draws"]) == 1:  # every item has m draws: vectorised over replicates
+                    pv, attain, worst = _vectorised_replicates(reps, metrics, s.tests, s.B, rng, alphas,
+                                                               s.library_check)
+                    src["library_check_max_abs_diff"] = worst
+                else:  # ragged: the library, replicate by replicate
+                    pv, attain = run_replicates([r[0] for r in reps], [r[1] for r in reps], metrics, s.tests, s.B,
+                                                alphas, seed, progress, desc=f"real null {label} n={n_eff}")
                 m_label = "/".join(str(x - 1) for x in src["draws"])
                 for mt in [*metrics, COMBINED]:
                     score = float(np.mean([a[:, metrics.index(mt)].mean() for a in draws])) if mt in metrics else None
@@ -878,6 +888,29 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
                                 row[f"attainable@{a:g}"] = float(attain[mt][ai].mean())
                         rows.append(row)
     return rows, info
+
+
+def _vectorised_replicates(reps: Sequence[tuple[np.ndarray, list[np.ndarray], np.ndarray]], metrics: Sequence[str],
+                           tests: Sequence[str], B: int, rng: np.random.Generator, alphas: Sequence[float],
+                           library_check: int) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray], float]:
+    """The tests of `all_pvalues` on real-null replicates with the same m per item (the demo's case), and the
+    largest |p - p_library| of the exact binary test over the first `library_check` replicates."""
+    from zcp.stats import paired_test
+
+    orig = np.stack([r[0] for r in reps])  # (R, n, k)
+    ref = np.stack([np.stack(r[1]) for r in reps])  # (R, n, m, k)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    attain: dict[str, np.ndarray] = {}
+    worst = 0.0
+    for k, mt in enumerate(metrics):
+        o, y = orig[..., k], ref[..., k]
+        out[mt], att = all_pvalues(kind_of(mt), o, y, tests, B, rng, alphas)
+        if att is not None:
+            attain[mt] = np.vstack([att[a] for a in alphas])
+            for r in range(min(library_check, o.shape[0])):
+                worst = max(worst, abs(paired_test(mt, o[r], y[r]).p_value - float(out[mt]["permutation"][r])))
+    out[COMBINED] = {t: bonferroni([out[mt][t] for mt in metrics]) for t in tests}
+    return out, attain, worst
 
 
 def _source_label(path: Path, split: str) -> str:
@@ -947,14 +980,19 @@ def score_benchmark(cfg: Any, s: BaseModelSettings, datasets: Sequence[Any], ski
                                  sort_keys=True, default=str), 10)
     out = Path(s.records_root) / f"{cfg.data.get('name') or 'data'}__{model_name(cfg.model)}__{key}"
     backend = build_backend(cfg.model)
+    settings = DetectSettings(chunk_size=s.chunk_size, progress=progress,
+                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
+    overflow: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    records = collect_records(backend, datasets, probe, out, DetectSettings(chunk_size=s.chunk_size, progress=progress))
+    records = collect_records(backend, datasets, probe, out, settings, overflow=overflow)
     secs = time.perf_counter() - t0
-    n_units = sum(len(ds.work()) for ds in datasets)
-    return records, {"records_dir": str(out), "units": n_units, "scoring_seconds": secs,
+    return records, {"records_dir": str(out), "units": len(records), "scoring_seconds": secs,
                      "items": sum(len(ds.originals) for ds in datasets),
                      "items_without_reference": sum(x.get("reason") == "no reference row" for x in skipped),
-                     "data_issues": len(skipped),
+                     "data_issues": len(skipped), "overflow_policy": settings.on_overflow,
+                     "overflow_rows": sum(r.get("action") == "skipped row" for r in overflow),
+                     "overflow_items": len({(r["split"], r["original_id"]) for r in overflow
+                                            if r.get("action") == "skipped item"}),
                      "model": model_name(cfg.model), "probe_metrics": list(probe.metrics)}
 
 
@@ -1186,7 +1224,9 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float],
             if part == "c" and bm:
                 cfg_c = info.get("base_model_settings") or {}
                 out += [f"Pool: {bm.get('pool_items')} items with reference draws ({bm.get('items_without_reference')} "
-                        f"without, left out); {bm.get('units')} units probed once ({', '.join(bm.get('probe_metrics', []))}) "
+                        f"without any, left out; prompts beyond the model's context ({bm.get('overflow_policy')}): "
+                        f"{bm.get('overflow_items')} items, {bm.get('overflow_rows')} reference rows); "
+                        f"{bm.get('units')} units probed once ({', '.join(bm.get('probe_metrics', []))}) "
                         f"in {bm.get('scoring_seconds', 0):.0f} s by {bm.get('model')}; {cfg_c.get('subsets')} random "
                         f"subsets of {cfg_c.get('subset_size')} items, B = {cfg_c.get('B')}. The subsets share items, "
                         "so their verdicts are dependent and the CI is nominal.", ""]
