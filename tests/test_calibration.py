@@ -238,3 +238,12 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     assert "Attainable size" in md and "(b) Real-score nulls" in md and "(c) Whole pool" in md
     # the records of (c) are kept for the next run (resumable, shared)
     assert list((tmp_path / "rec").glob("toy__*/records.jsonl"))
+
+
+def test_quick_preset_composes():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("calibration", overrides=["experiment=calibration_quick"])
+    assert cfg.simulation.replicates == 200 and list(cfg.simulation.m) == [1, 3]
+    assert cfg.data.missing_reference == "skip" and cfg.base_model.subset_size == 100

@@ -882,7 +882,7 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
                     lim = bool(mt in attain and attain[mt][0].mean() < discrete_below)
                     for t in s.tests:
                         row = rate_row(pv[mt][t], alphas, part="b", regime=label, metric=mt, test=t, m=m_label,
-                                       n=n_eff, accuracy=score, discrete_limited=lim)
+                                       n=n_eff, accuracy=score, score_mean=score, discrete_limited=lim)
                         if t == "permutation" and mt in attain:
                             for ai, a in enumerate(alphas):
                                 row[f"attainable@{a:g}"] = float(attain[mt][ai].mean())
@@ -1018,7 +1018,7 @@ def subset_study(X: np.ndarray, Y: Sequence[np.ndarray], metrics: Sequence[str],
         lim = bool(mt in attain and attain[mt][0].mean() < discrete_below)
         for t in s.tests:
             row = rate_row(pv[mt][t], alphas, part="c", regime=label, metric=mt, test=t, m=m_label, n=size,
-                           accuracy=score, discrete_limited=lim)
+                           accuracy=score, score_mean=score, discrete_limited=lim)
             if t == "permutation" and mt in attain:
                 for ai, a in enumerate(alphas):
                     row[f"attainable@{a:g}"] = float(attain[mt][ai].mean())
@@ -1056,7 +1056,7 @@ def _fmt(v: Any, digits: int = 3) -> str:
 def format_rows(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float], title: str, *, effect: bool = False) -> str:
     """Markdown table: one row per (part, regime, metric, test, m, n, accuracy)."""
     a0 = alphas[0]
-    head = ["part", "regime", "metric", "test", "m", "n", "accuracy", "score"]
+    head = ["part", "regime", "metric", "test", "m", "n", "accuracy", "mean score"]
     if effect:
         head.append("effect")
     head += [f"rate@{a0:g} [95% CI]"] + [f"rate@{a:g}" for a in alphas[1:]]
