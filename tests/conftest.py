@@ -12,6 +12,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 from hypothesis import settings
 
+import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and the typed config groups)
+
 # Property tests: the same examples on every run (CI must not turn red by luck); `HYPOTHESIS_PROFILE=explore`
 # draws fresh ones (how the 4 -> 14 digit-range bug of the GSM8K references was found).
 settings.register_profile("ci", derandomize=True)

@@ -525,3 +525,16 @@ def test_incomplete_checkpoint_is_skipped_for_the_last_complete_one(tmp_path, ca
     assert "checkpoint-12" in caplog.text
     (tmp_path / "checkpoint-10" / "trainer_state.json").unlink()
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+
+
+def test_contamination_run_dir_is_locked(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from zcp.io import RunDirError, RunLock
+    from zcp.training.contaminate import contaminate
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        cfg = compose("contaminate", overrides=[f"output_dir={tmp_path / 'run'}", "logger=none"])
+    with RunLock(tmp_path / "run"), pytest.raises(RunDirError, match="in use by another run"):
+        contaminate(cfg)
+    assert not (tmp_path / "run" / "manifest.json").exists()

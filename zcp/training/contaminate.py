@@ -29,6 +29,7 @@ from typing import Any
 
 from zcp.data.schema import DataError, Item
 from zcp.io import (
+    RunLock,
     model_fingerprint,
     read_json,
     read_jsonl,
@@ -370,10 +371,21 @@ def _versions() -> dict[str, str]:
 
 
 def contaminate(cfg: Any) -> ContaminationResult:
-    """Run split → paraphrase → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc."""
+    """Run split → paraphrase → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc.
+
+    The main process holds the run directory's lock throughout: a second run on the same directory
+    refuses at once (the other ranks of a distributed run share the directory with it).
+    """
+    import contextlib
+
     c = _to_dict(cfg)
     fingerprint = _config_fingerprint(c)  # hashes the base model's files once per run
     run_dir = _run_dir(c, fingerprint).resolve()
+    with RunLock(run_dir) if _is_main() else contextlib.nullcontext():
+        return _contaminate(c, fingerprint, run_dir)
+
+
+def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) -> ContaminationResult:
     seed = int(c.get("seed", 0))
     seed_everything(seed)
     ex = dict(c["exposure"])
