@@ -27,6 +27,7 @@ from zcp.data.arithmark import (
     make_record,
     perturb_arithmark,
     run_arithmark,
+    special_case_reasons,
     summarize_arithmark,
     validate_record,
 )
@@ -274,6 +275,64 @@ def test_perturbation_keeps_magnitudes_on_the_benchmark(records):
             nonzero += 1
             answers_kept += (a > 0) == (b > 0) and len(str(int(abs(a)))) == len(str(int(abs(b))))
     assert kept >= 0.97 * len(sample) and answers_kept >= 0.97 * nonzero
+
+
+def _refs(operands, operators, n=40):
+    rec = make_record(f"math_s{len(operators)}_00042", len(operators), operands, operators, random.Random(0))
+    return rec, [perturb_arithmark(rec, s) for s in range(n)]
+
+
+def test_perturbation_keeps_equal_magnitudes():
+    rec, refs = _refs([7, -7, 3], ["*", "+"])  # -46: the two 7s move together, each keeping its sign
+    for ref in refs:
+        a, b, c = split_expr(ref["expression"])[0]
+        assert a == -b > 0 and a != 7 and c > 0 and c != 3
+        assert ref["answer"] == spec_round(ltr_fraction(ref["expression"])) != rec["answer"]
+
+
+def test_perturbation_keeps_round_operands_and_answers():
+    _, refs = _refs([10, 7, 20], ["*", "+"])  # 90
+    for ref in refs:
+        a, b, c = split_expr(ref["expression"])[0]
+        assert {a, c} <= {10, 20} and b % 10 != 0
+        assert isinstance(ref["answer"], int) and ref["answer"] % 10 == 0 and 10 <= ref["answer"] <= 99
+    _, refs = _refs([3, 12, 4], ["*", "+"])  # 40: few draws reach a round answer, most find one
+    assert sum(r["answer"] % 10 == 0 and 10 <= r["answer"] <= 99 for r in refs) >= 0.8 * len(refs)
+    _, refs = _refs([7, 2], ["/"])  # 3.5: a fraction keeps its one decimal place
+    assert all(isinstance(r["answer"], float) and n_decimals(r["answer"]) == 1 for r in refs)
+
+
+def test_perturbation_keeps_which_operands_the_answer_starts_like():
+    _, refs = _refs([3, 12, 4], ["*", "+"])  # 40 starts like 4, the last operand, and like no other
+    for ref in refs:
+        a, b, c = split_expr(ref["expression"])[0]
+        first = str(abs(int(ref["answer"])))[0]
+        assert str(c)[0] == first and first not in (str(a)[0], str(b)[0])
+
+
+def test_perturbation_structure_on_the_benchmark(records):
+    from zcp.data.arithmark import _structure
+    from zcp.reference.matching import lost_names
+
+    lost = []
+    for r in records[::50]:
+        ref = perturb_arithmark(r, 0)
+        old, new = _structure(*split_expr(r["expression"])), _structure(*split_expr(ref["expression"]))
+        lost.append(lost_names(old.mismatch(new)))
+    assert sum(not x for x in lost) >= 0.6 * len(lost)  # ~73% keep everything
+    assert sum("equalities" in x for x in lost) <= 0.1 * len(lost)  # mostly answers 0 and x - x
+
+
+def test_special_case_reasons():
+    def reasons(operands, operators):
+        return special_case_reasons(make_record("math_s1_00000", len(operators), operands, operators,
+                                                random.Random(0)))
+
+    assert [r.split(":")[0] for r in reasons([-11, -11], ["-"])] == [
+        "answer 0", "operands -11, -11 (equal magnitudes) fix the answer at 0"]
+    assert reasons([5, -5], ["/"])[0].startswith("answer -1:") and len(reasons([5, -5], ["/"])) == 2
+    assert reasons([4, 4, 2], ["*", "+"]) == [] and reasons([3, 4], ["*"]) == []
+    assert special_case_reasons(arithmark_to_item(make_record("math_s1_00001", 1, [9, 8], ["-"], random.Random(0))))
 
 
 # ------------------------------------------------------------------------------------------- evaluation

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,12 @@ from zcp.data.wordproblems import (
     FAMILIES,
     FINAL_ANSWER_PREFIX,
     NumberRanges,
+    _make_item,
+    _run,
+    _scan,
+    _setup,
+    _step_index,
+    _structure,
     execute,
     generate_word_problems,
     perturb_word_problem,
@@ -21,7 +28,9 @@ from zcp.data.wordproblems import (
     reword_word_problem,
     sample_word_problem,
     signature,
+    special_case_reasons,
 )
+from zcp.reference.matching import equality_pattern, keeps_roundness, leading_digit, snap_roundness
 
 POOL = generate_word_problems(240, seed=7)
 STEP_RE = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")
@@ -213,3 +222,139 @@ def test_perturbation_over_a_pool_is_not_systematically_larger() -> None:
     pairs = [(int(it.answer), int(perturb_word_problem(it, 0).answer)) for it in POOL[:80]]
     assert all(len(str(a)) == len(str(b)) for a, b in pairs)
     assert 0.4 <= sum(b > a for a, b in pairs) / len(pairs) <= 0.6
+
+
+# ------------------------------------------------------------------------------ structure of the references
+
+
+def _item(family: str, **values: int) -> Item:
+    fam = FAMILIES[family]
+    entities = {"name": "Max", "name2": "Tom", "obj": "cookies", "container": "bags"}
+    return _make_item(f"t-{family}", fam, dict(values), entities, 0, NumberRanges())
+
+
+def _refs(item: Item, n: int = 40) -> list[Item]:
+    return [perturb_word_problem(item, s) for s in range(n)]
+
+
+def test_matching_helpers() -> None:
+    assert [keeps_roundness(30, x) for x in (60, 10, 100, 45, 9, 120)] == [True, True, True, False, False, False]
+    assert [keeps_roundness(100, x) for x in (300, 70, 150)] == [True, True, False]
+    assert [keeps_roundness(23, x) for x in (31, 30, 25, 7)] == [True, False, True, True]
+    assert keeps_roundness(0, 0) and not keeps_roundness(0, 3) and not keeps_roundness(7, 10)
+    assert snap_roundness(90, 57.3) == 60 and snap_roundness(100, 140) == 100 and snap_roundness(23, 30.2) == 30
+    assert equality_pattern((6, 2, 6, 12)) == {(0, 2)} and equality_pattern((1, 2, 3)) == frozenset()
+    assert leading_digit(30) == "3" and leading_digit(Fraction(-9, 4)) == "2"
+
+
+def test_equal_inputs_stay_equal() -> None:
+    for item in (_item("add", a=7, b=7), _item("multiply", a=6, b=6), _item("two_step", a=4, b=4, c=9),
+                 _item("three_step", a=3, b=7, c=6, d=6)):
+        names = [n for n, _ in FAMILIES[item.metadata["family"]].inputs]
+        equal = {(x, y) for i, x in enumerate(names) for y in names[i + 1:]
+                 if item.metadata["values"][x] == item.metadata["values"][y]}
+        assert equal and special_case_reasons(item) == []
+        for ref in _refs(item):
+            vals = ref.metadata["values"]
+            assert {(x, y) for i, x in enumerate(names) for y in names[i + 1:] if vals[x] == vals[y]} == equal
+            assert all(vals[k] != v for k, v in item.metadata["values"].items())  # every input still changes
+            assert ref.metadata["structure_lost"] == []
+
+
+def test_input_equal_to_the_answer_stays_so() -> None:
+    item = _item("divide", a=36, b=6)  # b = the answer
+    for ref in _refs(item):
+        assert ref.metadata["values"]["b"] == int(ref.answer) != 6 and ref.metadata["values"]["a"] == int(ref.answer) ** 2
+    # the scan gives the structure when the random draws have no time to find it
+    for s in range(10):
+        vals = perturb_word_problem(item, s, max_tries=4).metadata["values"]
+        assert vals["a"] == vals["b"] ** 2 and vals["b"] != 6
+    sub = _item("subtract", a=12, b=6)
+    assert all(2 * int(r.answer) == r.metadata["values"]["a"] == 2 * r.metadata["values"]["b"] for r in _refs(sub))
+
+
+def test_round_inputs_and_answers_stay_round() -> None:
+    item = _item("divide", a=90, b=3)  # 90 / 3 = 30, the base model's false positive
+    assert special_case_reasons(item) == []
+    for ref in _refs(item):
+        a, answer = ref.metadata["values"]["a"], int(ref.answer)
+        assert a % 10 == 0 and answer % 10 == 0 and 10 <= answer <= 99
+        assert ref.metadata["values"]["b"] == int(str(answer)[0])  # starts like b, as 30 does
+    for item in (_item("two_step", a=6, b=9, c=20), _item("three_step", a=3, b=6, c=14, d=2),
+                 _item("add", a=10, b=10)):
+        old = item.metadata["values"]
+        assert special_case_reasons(item) == []
+        for ref in _refs(item, 25):
+            vals = ref.metadata["values"]
+            assert all(keeps_roundness(v, vals[k]) for k, v in old.items())  # round stays round, others not
+            assert keeps_roundness(int(item.answer), int(ref.answer)) and len(ref.answer) == len(item.answer)
+
+
+def test_answer_keeps_its_leading_digit_pattern() -> None:
+    item = _item("add", a=2, b=13)  # 15 starts like b, not like a
+    for ref in _refs(item):
+        a, b = ref.metadata["values"]["a"], ref.metadata["values"]["b"]
+        assert ref.answer[0] == str(b)[0] != str(a)[0]
+    plain = _item("add", a=7, b=18)  # 25 starts like neither
+    for ref in _refs(plain):
+        assert ref.answer[0] not in {str(v)[0] for v in ref.metadata["values"].values()}
+
+
+def test_references_do_not_take_the_special_answer_1() -> None:
+    item = _item("subtract", a=5, b=2)  # 3: 9 - 8 = 1 would hand the reference the special value
+    assert all(ref.answer in ("2", "4", "5", "6", "7", "8", "9") for ref in _refs(item))
+
+
+def test_structure_over_a_pool() -> None:
+    # every reference keeps the whole structure, except on items where none can (special cases)
+    for item in POOL[:60]:
+        special = special_case_reasons(item)
+        for s in range(3):
+            ref = perturb_word_problem(item, s)
+            assert ref.metadata["structure_lost"] == [] or special, (item.metadata["values"], ref.metadata)
+        # the scan's fast mismatch agrees with Structure.mismatch, which the draws use
+        setup = _setup(item)
+        space = _scan(setup)
+        old = _structure(setup.old, setup.old_results)
+        for refs in space.best_refs.values():
+            for vals in refs[:3]:
+                new = _structure(vals, _run(_step_index(setup.fam.name), vals, 999))
+                assert old.mismatch(new) == space.best
+
+
+def test_special_case_reasons() -> None:
+    assert any(r.startswith("answer 1:") for r in special_case_reasons(_item("subtract", a=7, b=6)))
+    leo = special_case_reasons(_item("divide", a=5, b=5))  # a = b fixes the answer at 1
+    assert any(r.startswith("a = b") for r in leo) and any(r.startswith("answer 1:") for r in leo)
+    assert special_case_reasons(_item("multiply", a=8, b=10)) == [
+        "round input b = 10: no valid reference keeps it"]  # multiplicands stop at 12
+    assert special_case_reasons(_item("divide", a=42, b=6)) == []
+    # the 5 / 5 reference still changes the answer, and gives the equality and the special value 1 up
+    for ref in _refs(_item("divide", a=5, b=5), 10):
+        assert ref.answer != "1" and ref.metadata["structure_lost"] == ["equalities", "answer form"]
+    # ranges too large to scan: the rules still see the answer 1 and the equality that fixes it
+    big = NumberRanges(max_operand=999, max_factor=99, max_multiplicand=99, max_answer=10**6)
+    item = _make_item("big", FAMILIES["three_step"], {"a": 7, "b": 7, "c": 30, "d": 30}, {
+        "name": "Max", "name2": "Tom", "obj": "cookies", "container": "bags"}, 0, big)
+    assert perturb_word_problem(item, 0).answer != item.answer
+    huge = _make_item("huge", FAMILIES["divide"], {"a": 77, "b": 77}, {
+        "name": "Max", "name2": "Tom", "obj": "cookies", "container": "bags"}, 0,
+        NumberRanges(max_operand=999, max_factor=999, max_multiplicand=999, max_answer=10**6))
+    assert any("fixes the answer at 1" in r for r in special_case_reasons(huge))
+
+
+def test_demo_benchmark_special_cases() -> None:
+    items = generate_word_problems(100, seed=9173, id_prefix="bench")  # the demo's benchmark
+    flagged = {it.id for it in items if special_case_reasons(it)}
+    assert {"bench-00043", "bench-00045", "bench-00067"} <= flagged  # the answers 1
+    assert len(flagged) == 10
+
+
+def test_default_generation_of_1000_items() -> None:
+    items = generate_word_problems(1000, seed=0)  # conf/data/wordproblems.yaml: multiply has 88 value pairs
+    assert len(items) == 1000 and len({signature(it) for it in items}) == 1000
+    counts = {f: sum(it.metadata["family"] == f for it in items) for f in FAMILIES}
+    assert counts["multiply"] == 88 and counts["divide"] == 196 and min(counts.values()) == 88
+    assert [it.to_dict() for it in generate_word_problems(300, seed=0)] == [it.to_dict() for it in items[:300]]
+    for it in items[::50]:
+        _check_constraints(it)

@@ -55,6 +55,17 @@ from typing import Any
 
 from zcp.data.schema import DataError, Item
 from zcp.io import read_jsonl, stable_hash
+from zcp.reference.matching import (  # re-exported: the GSM8K API and its tests use these names
+    ANSWER_SPREAD,
+    SPREAD,
+    answer_bin,
+    answer_digits,
+    draw_targets,
+    fallback_bins,
+    p_larger,  # noqa: F401 - re-exported for callers of zcp.reference.gsm8k
+)
+from zcp.reference.matching import round_quantum as _quantum
+from zcp.reference.matching import roundness as _roundness
 
 __all__ = [
     "Chain",
@@ -76,10 +87,9 @@ __all__ = [
 
 # A drawn question number is its old value times a log-uniform factor in [1/SPREAD, SPREAD] (later in the
 # attempt budget up to MAX_SPREAD); a value solved from the others must also stay within MAX_SPREAD.
-SPREAD = 2.0
+# (SPREAD and ANSWER_SPREAD, the difficulty-matching bins and `_roundness` live in zcp.reference.matching,
+# shared with the word-problem and ArithMark references.)
 MAX_SPREAD = 3.0
-# The new answer keeps its sign and number of digits and stays within this factor of the old one.
-ANSWER_SPREAD = 3.0
 
 NUMBER_WORDS: dict[str, int] = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -709,28 +719,6 @@ class Variable:
         return float(self.value) <= float(new) * spread and float(new) <= float(self.value) * spread
 
 
-def _quantum(g: int, u: int, x: float) -> int:
-    """The step a round number u (multiple of g) keeps at the magnitude of x: for 100, 10 near 70, 100
-    near 300, and 50 between 100 and 200 (so 100 may become 150 as well as 90: steps about as long
-    up as down)."""
-    exp = math.floor(math.log10(x))
-    shift = exp - (len(str(u)) - 1)
-    q = g * 10**shift if shift >= 0 else max(1, g // 10**-shift)
-    if x < 2 * 10**exp and q % 10 == 0:
-        q //= 2
-    return q
-
-
-def _roundness(u: int) -> int:
-    """Largest power of ten (or 5) dividing u below its magnitude, so that round numbers stay round."""
-    g = 1
-    while u % (g * 10) == 0:
-        g *= 10
-    if g == 1 and u % 5 == 0 and u >= 10:
-        g = 5
-    return g
-
-
 @dataclass
 class _Analysis:
     question: str
@@ -1099,92 +1087,6 @@ def _try(an: _Analysis, new: dict[int, Fraction]) -> tuple[_Draw | None, str]:
     if not chain.answer / ANSWER_SPREAD <= answer <= chain.answer * ANSWER_SPREAD:
         return None, f"the final answer moved by more than a factor {ANSWER_SPREAD:g}"
     return _Draw(dict(new), literals, results), ""
-
-
-def answer_digits(value: Fraction) -> int:
-    """Digits of the whole part of |value| (0.75 -> 1, 1,250 -> 4): what a reference answer must keep."""
-    return len(str(int(abs(value))))
-
-
-def _side_windows(answer: Fraction, spread: float) -> dict[int, float]:
-    """Lengths (in log) of the four target bins of `answer`: -2/-1 smaller, +1/+2 larger; 1 within a
-    factor sqrt(spread), 2 beyond (up to spread), each cut to the answers with the same sign and digits."""
-    a = abs(answer)
-    d = answer_digits(a)
-    whole = a.denominator == 1
-    lo = Fraction(10 ** (d - 1)) if d > 1 else Fraction(1 if whole else 0)
-    hi = Fraction(10**d - 1) if whole else Fraction(10**d)
-    log_s = math.log(spread)
-    up = min(log_s, math.log(hi / a)) if hi > a else 0.0
-    down = (min(log_s, math.log(a / lo)) if lo > 0 else log_s) if a > lo else 0.0
-    half = log_s / 2
-    return {-2: max(0.0, down - half), -1: min(half, down), 1: min(half, up), 2: max(0.0, up - half)}
-
-
-def p_larger(answer: Fraction | int | float | str, spread: float = SPREAD) -> float:
-    """Probability that a reference answer should be larger than `answer` (in magnitude).
-
-    The answer's log moves by a symmetric (uniform) step in [-log spread, log spread], restricted to
-    the answers with the same sign and number of digits: the chance of going up is the share of that
-    window above the answer. 50 -> 0.5; 12 -> 0.79 (only 10 and 11 lie below); 85 -> 0.19; 10 -> 1.
-    Over Benford-distributed answers (uniform log within a digit range) the up and down moves
-    balance and the leading digits keep their distribution, which a fixed 50/50 split would not do
-    (answers in the 80s would crowd into the 90s).
-    """
-    a = Fraction(str(answer)) if isinstance(answer, float | str) else Fraction(answer)
-    if a == 0:
-        return 0.5
-    w = _side_windows(a, spread)
-    total = sum(w.values())
-    return (w[1] + w[2]) / total if total > 0 else 0.5
-
-
-def draw_targets(answer: Fraction | int | float | str, m: int, rng: random.Random,
-                 spread: float = SPREAD) -> list[int]:
-    """Target bins of m reference draws of one answer (see `answer_bin`), by systematic sampling of
-    the symmetric log-window of `p_larger`: each bin gets floor or ceil of m times its share, so m
-    draws hold as many larger answers as the window allows and the moves are as long up as down.
-    An answer of 0 gets 0 (any bin) for every draw."""
-    a = Fraction(str(answer)) if isinstance(answer, float | str) else Fraction(answer)
-    if a == 0:
-        return [0] * m
-    w = _side_windows(a, spread)
-    total = sum(w.values())
-    order = [b for b in (-2, -1, 1, 2) if w[b] > 0]
-    if total <= 0:  # pragma: no cover - a nonzero answer always has room on one side
-        return [0] * m
-    u = rng.random()
-    out = []
-    for j in range(m):
-        x, acc = ((u + j / m) % 1.0) * total, 0.0
-        for b in order:
-            acc += w[b]
-            if x < acc:
-                break
-        out.append(b)
-    return out
-
-
-def answer_bin(old: Fraction | int | float | str, new: Fraction | int | float | str, spread: float = SPREAD) -> int:
-    """The bin of a new answer: +1 larger by at most a factor sqrt(spread), +2 larger by more; -1, -2
-    smaller likewise (in magnitude); 0 when the old answer is 0 or the magnitude is equal."""
-    a = abs(Fraction(str(old)) if isinstance(old, float | str) else Fraction(old))
-    b = abs(Fraction(str(new)) if isinstance(new, float | str) else Fraction(new))
-    if a == 0 or a == b:
-        return 0
-    if b == 0:
-        return -2
-    r = math.log(b / a)
-    return (1 if r > 0 else -1) * (1 if abs(r) <= math.log(spread) / 2 else 2)
-
-
-def fallback_bins(target: int) -> list[int]:
-    """Bins to take a draw from when `target` has none: itself, the same side, then the other side."""
-    if target == 0:
-        return [0, -1, 1, -2, 2]
-    side = 1 if target > 0 else -1
-    other = 3 - abs(target)
-    return [target, side * other, -target, -side * other]
 
 
 def _compiled(an: _Analysis) -> dict[int, Any]:
