@@ -318,3 +318,12 @@ def test_context_overflow_skip_and_truncate(tmp_path):
     assert all(o["action"].startswith("truncated") for o in t["overflow"])
     recs = [json.loads(x) for x in (tmp_path / "trunc" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 12
+
+
+def test_repeated_reference_draws_count_once():
+    # item i0's three reference rows are one perturbation repeated: one version, not three
+    recs = [{"split": "D", "variant": "original", "original_id": "i0", "draw": 0, "p_all": 0.9, "prompt_hash": "o", "gold": "5"}]
+    recs += [{"split": "D", "variant": "reference", "original_id": "i0", "draw": j, "p_all": 0.1, "prompt_hash": "r",
+              "gold": "6"} for j in range(3)]
+    r = analyse(recs, ["p_all"], DetectSettings(bootstrap_samples=100))["results"][0]
+    assert r["m"] == 1 and r["p_value"] == 0.5  # one item, one distinct draw: p = 1/2, not 1/4

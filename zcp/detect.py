@@ -281,6 +281,23 @@ def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int]
     return out
 
 
+def distinct_draws(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reference records with repeated draws of an item removed (same prompt and gold answer: one version).
+
+    A copy of a perturbation is not a further version of the item; counted twice it would make the
+    within-item permutation test anti-conservative. Records without a prompt hash are kept as they are.
+    """
+    seen: set[tuple] = set()
+    out = []
+    for r in sorted(records, key=lambda r: (r["original_id"], int(r["draw"]))):
+        key = (r["original_id"], r.get("prompt_hash"), r.get("gold"))
+        if r.get("prompt_hash") is not None and key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
+
+
 def _std(xs: Sequence[float]) -> float:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
@@ -299,7 +316,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
     results, verdicts, malformed = [], [], []
     n_seeds = len(settings.seeds)
     for split in splits:
-        ref = groups.get((split, REFERENCE), [])
+        ref = distinct_draws(groups.get((split, REFERENCE), []))
         variants = [v for (s, v) in groups if s == split and v != REFERENCE]
         variants.sort(key=lambda v: (v != ORIGINAL, v))
         for variant in variants:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from zcp.data.schema import Item
-from zcp.detect import DetectDataset, DetectSettings, detect, item_draws, probe_config
+from zcp.detect import DetectDataset, DetectSettings, detect, distinct_draws, item_draws, probe_config
 from zcp.io import read_jsonl, stable_hash
 from zcp.report import METRIC_LABEL, c_cont_text, plot_c_cont
 from zcp.stats import c_cont, paired_test, pooled_mc_pvalue
@@ -51,14 +51,10 @@ def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[
             draws.append(r)
         if not draws:
             raise RuntimeError(f"item {it.id}: no valid perturbation found")
-        n_distinct = len(draws)
-        while len(draws) < n_draws:  # a small value space: reuse draws (counted in `distinct_draws`)
-            src = draws[len(draws) % n_distinct]
-            j = len(draws)
-            draws.append(Item(f"{it.id}::ref{j}", src.question, src.answer, src.solution,
-                              {**src.metadata, "draw": j, "repeat_of": src.id}))
+        # A small value space gives fewer than n_draws distinct draws: the item keeps only those (a copy of a
+        # draw is not a new version: counted twice it would make the permutation test anti-conservative).
         for r in draws:
-            r.metadata["distinct_draws"] = n_distinct
+            r.metadata["distinct_draws"] = len(draws)
         out[it.id] = draws
     return out
 
@@ -94,8 +90,8 @@ def _did_rows(runs: dict[str, Path], splits: list[str], metrics: list[str], sett
                 out = {}
                 for model, rr in recs.items():
                     s = item_draws([r for r in rr if r["split"] == split and r["variant"] == "original"], metric)
-                    ref = item_draws([r for r in rr if r["split"] == split and r["variant"] == "reference"], metric,
-                                     pick)
+                    ref = item_draws(distinct_draws([r for r in rr if r["split"] == split and r["variant"] == "reference"]),
+                                     metric, pick)
                     out[model] = {i: float(np.mean(s[i])) - float(np.mean(ref[i])) for i in s if i in ref}
                 return out
 
@@ -210,8 +206,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
     sim = {
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
-        "items_with_repeated_reference_draws": sorted(
-            k for k, v in refs.items() if v and v[0].metadata.get("distinct_draws", len(v)) < len(v)),
+        "items_with_fewer_distinct_draws": sorted(
+            k for k, v in refs.items() if len(v) < m * len(seeds)),
         "seeds_vary": "stability display only: Monte Carlo stream and the seed's disjoint share of the reference "
                       "draws; the verdict is one test over all draws; training uses `seed` once",
         "models": models, "table6": result.table6,
