@@ -184,15 +184,15 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
                                            max_batch_size=int(mcfg.get("batch_size", 64)),
                                            gen_batch_size=int(mcfg.get("gen_batch_size", 32)))
         backend.name = f"{name}:{Path(path).name}"
-        runs[name] = out_root / name
-        if name == "base":
-            # The base model's detection depends only on the base model, the items, references and probe
-            # settings: share it between runs (an exposure sweep probes the base model once).
-            units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
-            key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
-                                          settings.bootstrap_samples],
-                                         sort_keys=True, default=str), 12)
-            runs[name] = Path(result.run_dir).parent / f"base-detect__{key}"
+        # A detection run is keyed by what decides its records (model content, items, references, probe
+        # settings): new references (a newer reference builder) or probe settings get a new directory
+        # instead of a refusal. The base model's detection depends on nothing else, so it is shared between
+        # runs (an exposure sweep probes the base model once).
+        units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
+        key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
+                                      settings.bootstrap_samples], sort_keys=True, default=str), 12)
+        runs[name] = (Path(result.run_dir).parent / f"base-detect__{key}" if name == "base"
+                      else out_root / f"{name}__{key}")
         summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=f"ZCP on the {name} model")
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
