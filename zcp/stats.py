@@ -91,7 +91,7 @@ class Versions:
         return self.a[i, : self.k[i]], self.r[i, : self.m[i]]
 
 
-def _padded(values: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _padded(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """(matrix, counts) from an n-vector (one per item), an n x k array, or n sequences (NaN-padded)."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         arr = values.astype(np.float64)
@@ -115,8 +115,8 @@ def item_versions(original: Any, reference: Any, *, metric: str = "",
     k paraphrases); `reference`: m_i draws per item (n x m array, n-vector for m = 1, or n sequences).
     Raises ValueError on a length mismatch, an item without scores, or NaN/inf (naming the items).
     """
-    a, k = _padded(original, metric)
-    r, m = _padded(reference, metric)
+    a, k = _padded(original)
+    r, m = _padded(reference)
     if r.shape[0] != a.shape[0]:
         raise ValueError(f"{metric}: {a.shape[0]} items but {r.shape[0]} reference rows (item-paired)")
     name = (lambda i: str(ids[i])) if ids is not None else (lambda i: f"#{i}")
