@@ -226,7 +226,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         tr.image("c_cont_C_vs_U", str(plot))
         tr.summary({f"{n}/{r['split']}/{r['metric']}/c_cont": r["c_cont"] for n, s in summaries.items()
                     for r in s["results"] if r["variant"] == "original"})
-    print("\nTable 7 analogue (ZCP, mean ± std over seeds " + str(seeds) + ")\n\n" + table7)
+    print("\nTable 7 analogue (ZCP: one test over all reference draws per metric; ± std: stability over seeds "
+          + str(seeds) + ")\n\n" + table7)
     if did:
         print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + _did_markdown(did))
     print(f"plot: {plot}\nsummary: {out_root / 'simulation_summary.json'}")
