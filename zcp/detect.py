@@ -34,7 +34,6 @@ SUMMARY = "summary.json"
 TABLE = "table.md"
 PLOT = "c_cont.png"
 META = "run_meta.json"
-OVERFLOW_POLICIES = ("error", "skip", "truncate")
 UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
 
 
@@ -78,26 +77,16 @@ class DetectSettings:
     on_overflow: str = "error"  # a prompt longer than the model's context: error | skip | truncate
 
     def __post_init__(self) -> None:
-        from zcp.config import ConfigError
-        from zcp.stats import TESTS
+        # the same checks as the typed config groups (zcp.schemas), for callers that build settings directly
+        from zcp.schemas import OVERFLOW_POLICIES, RunConfig, StatsConfig, check_seeds, check_value
 
         self.seeds = tuple(int(s) for s in self.seeds)
-        if not self.seeds:
-            raise ConfigError("seeds must name at least one seed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"seeds must be distinct, got {list(self.seeds)}")
-        if int(self.bootstrap_samples) < 1:
-            raise ConfigError(f"stats.bootstrap_samples must be >= 1, got {self.bootstrap_samples}")
-        if not 0.0 < float(self.alpha) < 1.0:
-            raise ConfigError(f"stats.alpha must lie in (0, 1), got {self.alpha}")
-        if self.test not in TESTS:
-            raise ConfigError(f"stats.test must be one of {list(TESTS)}, not {self.test!r}")
-        if self.reference_draws not in ("all", "per_seed"):
-            raise ConfigError(f"stats.reference_draws must be all or per_seed, not {self.reference_draws!r}")
-        if self.on_overflow not in OVERFLOW_POLICIES:
-            raise ConfigError(f"data.on_overflow must be one of {list(OVERFLOW_POLICIES)}, not {self.on_overflow!r}")
-        if int(self.chunk_size) < 1:
-            raise ConfigError(f"run.chunk_size must be >= 1, got {self.chunk_size}")
+        check_seeds(self.seeds, "seeds")
+        StatsConfig(test=self.test, bootstrap_samples=int(self.bootstrap_samples), alpha=float(self.alpha),
+                    reference_draws=self.reference_draws)
+        RunConfig(chunk_size=int(self.chunk_size), progress=bool(self.progress))
+        check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,
+               f"one of {list(OVERFLOW_POLICIES)}")
 
 
 def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:

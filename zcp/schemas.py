@@ -26,9 +26,18 @@ class ConfigError(ValueError):
     """A configuration value a user set wrong (a key, range or path); reported as one line."""
 
 
-def _check(ok: bool, key: str, value: Any, want: str) -> None:
+def check_value(ok: bool, key: str, value: Any, want: str) -> None:
+    """Raise ConfigError naming the key and value unless `ok`."""
     if not ok:
         raise ConfigError(f"{key}={value!r}: must be {want}")
+
+
+OVERFLOW_POLICIES = ("error", "skip", "truncate")  # a probe prompt longer than the model's context
+
+
+def check_seeds(seeds: Any, key: str) -> None:
+    """Seeds: a non-empty list of distinct integers (they drive streams that must differ)."""
+    check_value(len(seeds) >= 1 and len(set(seeds)) == len(seeds), key, list(seeds), "a non-empty list of distinct seeds")
 
 
 def _num(x: Any) -> float:
@@ -49,10 +58,10 @@ class StatsConfig:
     reference_draws: str = "all"  # stability display per seed: all | per_seed (draws j with j mod n_seeds = k)
 
     def __post_init__(self) -> None:
-        _check(self.test in TESTS, "stats.test", self.test, f"one of {list(TESTS)}")
-        _check(self.bootstrap_samples >= 1, "stats.bootstrap_samples", self.bootstrap_samples, ">= 1")
-        _check(0.0 < self.alpha < 1.0, "stats.alpha", self.alpha, "in (0, 1)")
-        _check(self.reference_draws in ("all", "per_seed"), "stats.reference_draws", self.reference_draws,
+        check_value(self.test in TESTS, "stats.test", self.test, f"one of {list(TESTS)}")
+        check_value(self.bootstrap_samples >= 1, "stats.bootstrap_samples", self.bootstrap_samples, ">= 1")
+        check_value(0.0 < self.alpha < 1.0, "stats.alpha", self.alpha, "in (0, 1)")
+        check_value(self.reference_draws in ("all", "per_seed"), "stats.reference_draws", self.reference_draws,
                "all or per_seed")
 
 
@@ -64,7 +73,7 @@ class RunConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
+        check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
 
 
 @dataclass
@@ -79,9 +88,8 @@ class SimDetectConfig:
     reference_format: str = "items"
 
     def __post_init__(self) -> None:
-        _check(self.m >= 1, "detect.m", self.m, ">= 1")
-        _check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "detect.seeds", self.seeds,
-               "a non-empty list of distinct seeds")
+        check_value(self.m >= 1, "detect.m", self.m, ">= 1")
+        check_seeds(self.seeds, "detect.seeds")
 
 
 @dataclass
@@ -102,18 +110,18 @@ class ExposureConfig:
     grpo_prompts: str = "variants"  # variants (paraphrased C, evasive) | originals (the C questions)
 
     def __post_init__(self) -> None:
-        _check(self.k >= 0, "exposure.k", self.k, ">= 0")
-        _check(0.0 < self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction, "in (0, 1]")
-        _check(0.0 <= self.answer_only_fraction <= 1.0, "exposure.answer_only_fraction", self.answer_only_fraction,
+        check_value(self.k >= 0, "exposure.k", self.k, ">= 0")
+        check_value(0.0 < self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction, "in (0, 1]")
+        check_value(0.0 <= self.answer_only_fraction <= 1.0, "exposure.answer_only_fraction", self.answer_only_fraction,
                "in [0, 1]")
-        _check(0.0 <= self.clean_fraction < 1.0, "exposure.clean_fraction", self.clean_fraction, "in [0, 1)")
-        _check(_num(self.sft_epochs) > 0, "exposure.sft_epochs", self.sft_epochs, "a number > 0")
-        _check(_num(self.lr) > 0, "exposure.lr", self.lr, "a number > 0")
-        _check(_num(self.lora_r) >= 1 and float(self.lora_r).is_integer(), "exposure.lora_r", self.lora_r,
+        check_value(0.0 <= self.clean_fraction < 1.0, "exposure.clean_fraction", self.clean_fraction, "in [0, 1)")
+        check_value(_num(self.sft_epochs) > 0, "exposure.sft_epochs", self.sft_epochs, "a number > 0")
+        check_value(_num(self.lr) > 0, "exposure.lr", self.lr, "a number > 0")
+        check_value(_num(self.lora_r) >= 1 and float(self.lora_r).is_integer(), "exposure.lora_r", self.lora_r,
                "an integer >= 1")
-        _check(_num(self.grpo_steps) >= 0 and float(self.grpo_steps).is_integer(), "exposure.grpo_steps",
+        check_value(_num(self.grpo_steps) >= 0 and float(self.grpo_steps).is_integer(), "exposure.grpo_steps",
                self.grpo_steps, "an integer >= 0")
-        _check(self.grpo_prompts in ("variants", "originals"), "exposure.grpo_prompts", self.grpo_prompts,
+        check_value(self.grpo_prompts in ("variants", "originals"), "exposure.grpo_prompts", self.grpo_prompts,
                "variants or originals")
 
 
@@ -172,18 +180,18 @@ class DataConfig:
     def __post_init__(self) -> None:
         for key, val in (("format", self.format), ("reference_format", self.reference_format),
                          ("variant_format", self.variant_format)):
-            _check(val is None or val in FORMATS, f"data.{key}", val, f"one of {list(FORMATS)}")
-        _check(self.on_invalid in ("error", "skip"), "data.on_invalid", self.on_invalid, "error or skip")
-        _check(self.missing_reference in ("error", "skip"), "data.missing_reference", self.missing_reference,
+            check_value(val is None or val in FORMATS, f"data.{key}", val, f"one of {list(FORMATS)}")
+        check_value(self.on_invalid in ("error", "skip"), "data.on_invalid", self.on_invalid, "error or skip")
+        check_value(self.missing_reference in ("error", "skip"), "data.missing_reference", self.missing_reference,
                "error or skip")
-        _check(self.on_overflow in ("error", "skip", "truncate"), "data.on_overflow", self.on_overflow,
-               "error, skip or truncate")
-        _check(self.pair_by is None or self.pair_by in PAIR_BY, "data.pair_by", self.pair_by,
+        check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,
+               f"one of {list(OVERFLOW_POLICIES)}")
+        check_value(self.pair_by is None or self.pair_by in PAIR_BY, "data.pair_by", self.pair_by,
                f"null or one of {list(PAIR_BY)}")
         for key in ("limit", "sample", "n", "n_per_stage"):
             val = getattr(self, key)
-            _check(val is None or val >= 1, f"data.{key}", val, "null or >= 1")
-        _check(self.limit is None or self.sample is None, "data.sample", self.sample,
+            check_value(val is None or val >= 1, f"data.{key}", val, "null or >= 1")
+        check_value(self.limit is None or self.sample is None, "data.sample", self.sample,
                "null when data.limit is set (limit = the first N, sample = N at random: choose one)")
 
 
