@@ -31,18 +31,29 @@ class Prompt:
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Score `continuation` given `prompt` by teacher forcing."""
+    """Score `continuation` given `prompt` by teacher forcing.
+
+    `distribution_stats=True` also asks for the mean and standard deviation of log p over the model's
+    whole next-token distribution at each continuation position (what Min-K%++ normalises by).
+    """
 
     prompt: Prompt
     continuation: str
+    distribution_stats: bool = False
 
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """Per-token log-probabilities of the continuation's tokens (tokenised in context)."""
+    """Per-token log-probabilities of the continuation's tokens (tokenised in context).
+
+    `token_means`/`token_stds`: E_{z~p}[log p(z)] and its standard deviation at each position, filled
+    only for requests with `distribution_stats=True` (empty otherwise).
+    """
 
     token_logprobs: tuple[float, ...]
     tokens: tuple[str, ...] = ()
+    token_means: tuple[float, ...] = ()
+    token_stds: tuple[float, ...] = ()
 
     @property
     def n_tokens(self) -> int:

@@ -356,11 +356,21 @@ class HFBackend:
             sel = logits[torch.tensor(rows, device=self.device), torch.tensor(pos, device=self.device)]
             lp = torch.log_softmax(sel.float(), dim=-1)
             tok_lp = lp.gather(1, torch.tensor(tgt, device=self.device)[:, None])[:, 0].tolist()
+            mu: list[float] = []
+            sd: list[float] = []
+            if any(requests[i].distribution_stats for i in batch):
+                p = lp.exp()
+                m = (p * lp).sum(-1)
+                var = (p * lp.square()).sum(-1) - m.square()
+                mu, sd = m.tolist(), var.clamp_min(0).sqrt().tolist()
             k = 0
             for i in batch:
                 cont = enc[i].continuation_ids
+                stats = requests[i].distribution_stats
                 results[i] = ScoreResult(token_logprobs=tuple(tok_lp[k : k + len(cont)]),
-                                         tokens=tuple(self.tokenizer.convert_ids_to_tokens(list(cont))))
+                                         tokens=tuple(self.tokenizer.convert_ids_to_tokens(list(cont))),
+                                         token_means=tuple(mu[k : k + len(cont)]) if stats else (),
+                                         token_stds=tuple(sd[k : k + len(cont)]) if stats else ())
                 k += len(cont)
         return results  # type: ignore[return-value]
 
