@@ -13,11 +13,12 @@ An answer that cannot be extracted or parsed is malformed: counted, and scored a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcp.answers import answers_equal, extract_boxed, extract_prefilled_box, is_parsable
+from zcp.answers import BOX_OPENERS, answers_equal, extract_boxed, extract_prefilled_box, is_parsable
 from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
 from zcp.data.schema import Item
 from zcp.io import stable_hash
@@ -98,28 +99,7 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
     recs: list[dict[str, Any]] = [
         {"id": it.id, "prompt_hash": stable_hash(repr(p)), "gold": it.answer} for it, p in zip(items, zprompts, strict=True)
     ]
-    if {"p_first", "p_all"} & set(cfg.metrics):
-        if not prefill or not getattr(backend, "supports_logprobs", True):
-            raise ValueError("p_first/p_all need a backend with pre-fill and log-probabilities; "
-                             "use probe.metrics=[acc,con] for API models")
-        scores = backend.score([ScoreRequest(p, it.answer) for p, it in zip(zprompts, items, strict=True)])
-        for rec, sc in zip(recs, scores, strict=True):
-            lps = sc.token_logprobs
-            rec["n_answer_tokens"] = len(lps)
-            rec["p_first"] = math.exp(lps[0])
-            rec["p_all"] = math.exp(sum(lps) / len(lps))
-    if {"acc", "con"} & set(cfg.metrics):
-        outs = backend.generate([
-            GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop_at_box_close=prefill)
-            for p in zprompts
-        ])
-        for rec, it, out in zip(recs, items, outs, strict=True):
-            pred = extract_prefilled_box(out) if prefill else extract_boxed(out)
-            malformed = not is_parsable(pred)
-            rec["raw_output"] = out
-            rec["prediction"] = pred
-            rec["malformed"] = malformed
-            rec["correct"] = (not malformed) and answers_equal(pred, it.answer)
+    _answer_metrics(backend, items, zprompts, recs, cfg, prefill)
     if "con" in cfg.metrics:
         outs = backend.generate([
             GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
@@ -135,7 +115,128 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
     return recs
 
 
+def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[Prompt], recs: list[dict[str, Any]],
+                    cfg: ProbeConfig, prefill: bool) -> None:
+    """Fill p_first/p_all (gold answer scored after each prompt) and acc (greedy answer) into `recs`.
+
+    Shared by the zero-CoT probe and the truncated-CoT probe (whose prompts pre-fill part of a chain of
+    thought before the same final-answer prefix), so that a cut at r = 0 is the zero-CoT probe exactly.
+    """
+    if {"p_first", "p_all"} & set(cfg.metrics):
+        if not prefill or not getattr(backend, "supports_logprobs", True):
+            raise ValueError("p_first/p_all need a backend with pre-fill and log-probabilities; "
+                             "use probe.metrics=[acc,con] for API models")
+        scores = backend.score([ScoreRequest(p, it.answer) for p, it in zip(prompts, items, strict=True)])
+        for rec, sc in zip(recs, scores, strict=True):
+            lps = sc.token_logprobs
+            rec["n_answer_tokens"] = len(lps)
+            rec["p_first"] = math.exp(lps[0])
+            rec["p_all"] = math.exp(sum(lps) / len(lps))
+    if {"acc", "con"} & set(cfg.metrics):
+        outs = backend.generate([
+            GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop_at_box_close=prefill)
+            for p in prompts
+        ])
+        for rec, it, out in zip(recs, items, outs, strict=True):
+            pred = extract_prefilled_box(out) if prefill else extract_boxed(out)
+            malformed = not is_parsable(pred)
+            rec["raw_output"] = out
+            rec["prediction"] = pred
+            rec["malformed"] = malformed
+            rec["correct"] = (not malformed) and answers_equal(pred, it.answer)
+
+
 def metric_value(rec: dict[str, Any], metric: str) -> float:
     """A record's score on one metric (booleans as 0/1)."""
     key = {"acc": "correct", "con": "consistent"}.get(metric, metric)
     return float(rec[key])
+
+
+# ---------------------------------------------------------------- truncated chain of thought (paper Figure 2)
+
+_SENTENCE_END = re.compile(r"[.!?;]\s")
+TRUNCATION_UNITS = ("auto", "tokens", "words")
+
+
+def strip_final_answer(cot: str) -> str:
+    """The reasoning of a full-CoT output without its stated final answer.
+
+    Drops the line holding the last `\\boxed{` (e.g. ``The final answer is: \\[ \\boxed{25} \\]``) and
+    everything after it, so that r = 1 of the truncation curve is the whole reasoning with the answer
+    left for the probe to produce. When that line is the output's only line, the cut falls at the start
+    of the sentence holding the box (or at the box itself). An output without a box (cut by the token
+    budget) is all reasoning and is kept whole; trailing whitespace is removed.
+    """
+    starts = [cot.rfind(op) for op in BOX_OPENERS]
+    at = max(starts)
+    if at < 0:
+        return cot.rstrip()
+    line_start = cot.rfind("\n", 0, at) + 1
+    if cot[:line_start].strip():
+        return cot[:line_start].rstrip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(cot, 0, at)]
+    return cot[: ends[-1] if ends else at].rstrip()
+
+
+def truncation_unit(backend: Backend, unit: str = "auto") -> str:
+    """`tokens` when the backend exposes a tokenizer (and unit is auto or tokens), else `words`."""
+    if unit not in TRUNCATION_UNITS:
+        raise ValueError(f"truncation unit must be one of {list(TRUNCATION_UNITS)}, not {unit!r}")
+    has_tok = getattr(backend, "tokenizer", None) is not None
+    if unit == "tokens" and not has_tok:
+        raise ValueError("truncation unit 'tokens' needs a backend with a tokenizer (e.g. HFBackend); use words")
+    return "tokens" if has_tok and unit != "words" else "words"
+
+
+def cut_points(text: str, backend: Backend | None = None, unit: str = "words") -> list[int]:
+    """Character offsets after each unit of `text`: after each token (the backend's tokenizer, offsets
+    mapping) or each whitespace-separated word; cutting at point k keeps the first k units verbatim."""
+    if not text:
+        return []
+    if unit == "tokens":
+        tok = backend.tokenizer  # type: ignore[union-attr]
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ends = sorted({int(e) for _, e in enc["offset_mapping"] if e > 0})
+        if not ends or ends[-1] != len(text):
+            ends.append(len(text))
+        return ends
+    return [m.end() for m in re.finditer(r"\S+", text)]
+
+
+def truncate_reasoning(text: str, ratio: float, points: Sequence[int]) -> tuple[str, int, int]:
+    """The first round(ratio x n) of the n units of `text` (points from `cut_points`); returns the kept
+    text, the units kept and n. ratio 0 keeps nothing, ratio 1 everything."""
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"truncation ratio must be in [0, 1], not {ratio}")
+    n = len(points)
+    k = math.floor(ratio * n + 0.5)
+    return (text[: points[k - 1]] if k else ""), k, n
+
+
+def truncated_cot_prompt(question: str, reasoning: str, cfg: ProbeConfig) -> Prompt:
+    """The zero-CoT prompt with `reasoning` pre-filled before the final-answer prefix (a newline between
+    them); with no reasoning it is exactly `zero_cot_prompt(question, cfg)`."""
+    lead = reasoning.rstrip()
+    prefix = (lead + "\n" if lead else "") + cfg.zero_cot_prefix
+    return Prompt(user=cfg.user_template.format(question=question), assistant_prefix=prefix, system=cfg.system)
+
+
+def generate_cots(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[str]:
+    """The model's own greedy full-CoT output per item (full_cot_prompt, full_cot_max_tokens), one batch."""
+    return backend.generate([GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
+                             for it in items])
+
+
+def probe_truncated(backend: Backend, items: Sequence[Item], reasoning: Sequence[str], cfg: ProbeConfig
+                    ) -> list[dict[str, Any]]:
+    """Probe records (acc via `correct`, p_first, p_all) with each item's (truncated) reasoning pre-filled
+    before the final-answer prefix: one score and one generate call for all items. With empty reasoning
+    the records equal `probe_items` on the same items (same prompts, same prompt hashes)."""
+    if not getattr(backend, "supports_prefill", True):
+        raise ValueError("the truncated-CoT probe pre-fills the assistant turn: the backend must support pre-fill")
+    prompts = [truncated_cot_prompt(it.question, r, cfg) for it, r in zip(items, reasoning, strict=True)]
+    recs: list[dict[str, Any]] = [
+        {"id": it.id, "prompt_hash": stable_hash(repr(p)), "gold": it.answer} for it, p in zip(items, prompts, strict=True)
+    ]
+    _answer_metrics(backend, items, prompts, recs, cfg, True)
+    return recs
