@@ -1,0 +1,139 @@
+"""The detector study report renders from small hand-made run dirs, and its tables hold the numbers put in."""
+
+import json
+
+import pytest
+
+from zcp.detect import DetectSettings, analyse
+from zcp.io import write_json, write_jsonl
+from zcp.study import REPO_CONF, build_report
+
+
+def _detection_records(n=20, m=3):
+    """C: the original is right and more likely than its draws (a gap on every item); U: no gap."""
+    recs = []
+    for split in ("C", "U"):
+        for i in range(n):
+            oid = f"{split}{i:02d}"
+            hit = split == "C"
+            recs.append({"id": oid, "split": split, "variant": "original", "original_id": oid, "draw": 0,
+                         "prompt_hash": f"h{oid}", "gold": "1", "correct": hit, "consistent": hit,
+                         "p_first": 0.8 if hit else 0.3, "p_all": 0.7 if hit else 0.3})
+            for j in range(m):
+                recs.append({"id": f"{oid}::ref{j}", "split": split, "variant": "reference", "original_id": oid,
+                             "draw": j, "prompt_hash": f"h{oid}r{j}", "gold": str(j + 2), "correct": False,
+                             "consistent": False, "p_first": 0.3, "p_all": 0.3})
+    return recs
+
+
+def _run_dir(root, name):
+    det = root / name / "detect" / "FT__abc"
+    det.mkdir(parents=True)
+    recs = _detection_records()
+    metrics = ["acc", "con", "p_first", "p_all"]
+    write_jsonl(det / "records.jsonl", recs)
+    write_json(det / "summary.json", {"metrics": metrics, "alpha": 0.05,
+                                      **analyse(recs, metrics, DetectSettings(seeds=(0,), bootstrap_samples=500))})
+    return root / name
+
+
+def _ablations_dir(root):
+    d = root / "ablations"
+    d.mkdir()
+    trunc = [{"ratio": r, "split": s, "metric": "p_all", "n": 20, "s": 0.111 + r / 10, "s_ref": 0.222, "diff": -0.1,
+              "p_value": 0.4, "c_cont": 0.5, "at_floor": False} for r in (0.0, 0.5, 1.0) for s in ("C", "U")]
+    full = [{"split": s, "metric": "acc", "n": 20, "full_s": 0.876, "full_s_ref": 0.865, "full_p_value": 0.6,
+             "full_c_cont": 0.5, "zero_s": 0.432, "zero_s_ref": 0.012, "zero_p_value": 1e-5, "zero_c_cont": 0.9991}
+            for s in ("C", "U")]
+    size = [{"split": s, "n": n, "all": n == 20, "subsets": 1 if n == 20 else 20, "metric": m,
+             "detection_rate": 0.65 if s == "C" else 0.05, "c_cont_mean": 0.777, "c_cont_std": 0.044}
+            for s in ("C", "U") for n in (10, 20) for m in ("acc", "combined")]
+    write_json(d / "summary.json", {"truncation": {"unit": "tokens", "rows": trunc}, "full_cot": {"rows": full},
+                                    "sample_size": {"subsets": 20, "bootstrap_samples": 1000, "alpha": 0.05,
+                                                    "rows": size}})
+    return d
+
+
+def _baselines_dir(root):
+    d = root / "baselines"
+    d.mkdir()
+    write_json(d / "summary.json", {"model": "m", "files": {"data": {"path": "c.jsonl", "n": 20}, "u": {"path": "u", "n": 20}},
+                                    "detectors": {
+        "ppl": {"label": "a label the registry overrides", "needs": [], "auroc": 0.6543, "tpr_at_5fpr": 0.1234,
+                "files": {"data": {"n": 20, "statistic": 3.21, "decision": True, "rule": "r", "p_value": 0.0123,
+                                   "threshold": 0.05},
+                          "u": {"n": 20, "statistic": 0.5, "decision": False, "rule": "r", "p_value": 0.4567,
+                                "threshold": 0.05}}, "skipped": None},
+        "dpcc": {"label": "DPCC", "needs": ["reference"], "auroc": None, "tpr_at_5fpr": None, "files": {},
+                 "skipped": "needs a reference set"},
+        "zcp_p_all": {"label": "ZCP gap (P_all)", "needs": [], "auroc": 0.4242, "tpr_at_5fpr": 0.0, "files": {},
+                      "skipped": None},
+    }})
+    return d
+
+
+def test_report_renders_the_numbers_put_in(tmp_path):
+    from zcp.detectors import spec_of
+
+    run = _run_dir(tmp_path, "para")
+    conds = {"paraphrased": {"run_dir": str(run), "ablations_dir": str(_ablations_dir(tmp_path)),
+                             "baselines_dir": str(_baselines_dir(tmp_path))},
+             "verbatim": {"run_dir": None, "ablations_dir": None, "baselines_dir": None}}
+    rep = build_report(conds, tmp_path / "out", ["acc", "p_all"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "verbatim" not in rep["conditions"] and "Verbatim" not in md  # a condition with no runs is left out
+    rows = {r["detector"]: r for r in rep["conditions"]["paraphrased"]["detectors"]}
+    # ZCP: every C item has a positive gap, every U item none -> AUROC 1, TPR 1; flagged on C, not on U
+    assert rows["zcp_p_all"]["auroc"] == 1.0 and rows["zcp_p_all"]["tpr_at_5fpr"] == 1.0
+    assert rows["zcp_acc"]["c_decision"] is True and rows["zcp_acc"]["u_decision"] is False
+    assert rows["zcp_combined"]["c_decision"] is True and rows["zcp_combined"]["u_decision"] is False
+    assert f"| {spec_of('zcp_p_all').label} | 1.000 | 1.000 | flagged" in md
+    # baselines: numbers and decisions as given, label from the registry, ZCP rows not duplicated
+    assert f"| {spec_of('ppl').label} | 0.654 | 0.123 | flagged (p=0.012) | not flagged (p=0.46) |" in md
+    assert "a label the registry overrides" not in md and "0.424" not in md
+    assert "skipped: needs a reference set" in md
+    # ablations
+    assert "| 0.50 | C | P_all | 0.161 | 0.222 | -0.100 | 0.500 |" in md
+    assert "| C | Acc | 0.865 | 0.876 | 0.500 | 0.012 | 0.432 | 0.999 |" in md
+    assert "0.65 / 0.777 ± 0.044" in md and "20 (all)" in md
+    for png in ("auroc.png", "truncation_c_cont.png", "sample_size_paraphrased.png"):
+        assert (tmp_path / "out" / png).stat().st_size > 1000
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["conditions"]["paraphrased"]["detectors"]
+
+
+def test_report_entry_point_and_config(tmp_path, capsys):
+    from hydra import compose, initialize_config_dir
+
+    from zcp.study import run_report
+
+    run = _run_dir(tmp_path, "verb")
+    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
+        cfg = compose("report", overrides=[f"report.verbatim.run_dir={run}", f"output_dir={tmp_path / 'o'}",
+                                           "logger=none"])
+        run_report(cfg)
+    assert "Verbatim leak" in (tmp_path / "o" / "report.md").read_text()
+    assert (tmp_path / "o" / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("override", [["report.verbatim.foo=1"], ["report.metrics=[bogus]"], ["reports=1"],
+                                      ["report.verbatim.run_dir=/no/such/dir"], []])
+def test_report_config_refuses_bad_keys(override, tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    from zcp.config import ConfigError
+    from zcp.study import run_report
+
+    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None), \
+            pytest.raises((ConfigCompositionException, ConfigError)):
+        run_report(compose("report", overrides=[*override, f"output_dir={tmp_path}", "logger=none"]))
+
+
+def test_detector_study_experiment_composes():
+    from hydra import compose, initialize_config_dir
+
+    from zcp.config import validate
+
+    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
+        rep = validate(compose("report", overrides=["experiment=detector_study"]))["report"]
+    assert rep.verbatim.run_dir and rep.paraphrased.run_dir
