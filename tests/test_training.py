@@ -320,12 +320,13 @@ def test_e2e_writes_manifest_exposure_table6(run):
     from zcp.training.contaminate import load_exposure
 
     cfg, r, _ = run
-    assert r.stages_run == ["data", "eval_base", "sft", "grpo", "merge", "eval_after_sft", "eval_final"]
+    assert r.stages_run == ["split", "data", "eval_base", "sft", "grpo", "merge", "eval_after_sft", "eval_final"]
     manifest = Manifest.load(r.manifest_path)
     exp = load_exposure(r.run_dir)
     assert exp == load_exposure(r.exposure_path)
     assert exp["knobs"] == {**{k: v for k, v in cfg["exposure"].items()}, "include_original": False,
-                            "grpo_prompts": "variants"}
+                            "grpo_prompts": "variants", "answer_format": "probe", "paraphrases_path": None,
+                            "grpo_rewards": ["correctness", "format"]}
     assert len(manifest.c_ids) == 6 and len(manifest.u_ids) == 6
     assert len(exp["leaked_ids"]) == 4 and set(exp["leaked_ids"]) <= set(manifest.c_ids)
     assert set(exp["leaked_ids"]) | set(exp["c_not_leaked_ids"]) == set(manifest.c_ids)
@@ -391,7 +392,7 @@ def test_resume_skips_finished_stages_and_refuses_a_changed_config(run):
     cfg, r, _ = run
     again = contaminate(cfg)
     assert again.stages_run == []
-    assert set(again.stages_skipped) >= {"data", "sft", "grpo", "merge", "eval_base", "eval_final"}
+    assert set(again.stages_skipped) >= {"split", "data", "sft", "grpo", "merge", "eval_base", "eval_final"}
     assert again.table6 == r.table6
     changed = json.loads(json.dumps(cfg))
     changed["exposure"]["k"] = 3
@@ -415,6 +416,33 @@ def test_resume_from_checkpoint_after_a_kill_during_sft(run, caplog):
     redone = load_file(r.sft_adapter_dir / "adapter_model.safetensors")
     assert redone.keys() == done.keys()
     assert all(redone[k].equal(done[k]) for k in done)
+
+
+def test_raised_run_resumes_at_the_failed_stage(run, tmp_path, monkeypatch):
+    """A run that raised inside GRPO reruns from GRPO: split, data, SFT and the cached evaluations are skipped."""
+    import zcp.training.grpo as grpo_mod
+    from zcp.training.contaminate import contaminate
+
+    cfg, r, _ = run
+    out = tmp_path / "copy"
+    shutil.copytree(r.run_dir, out)
+    for name in ("grpo_adapter", "grpo", "model"):
+        shutil.rmtree(out / name)
+    (out / "eval" / "final.json").unlink()
+    cfg2 = {**json.loads(json.dumps(cfg)), "output_dir": str(out)}
+
+    def boom(*a, **k):
+        raise RuntimeError("killed inside GRPO")
+
+    monkeypatch.setattr(grpo_mod, "run_grpo", boom)
+    with pytest.raises(RuntimeError, match="inside GRPO"):
+        contaminate(cfg2)
+    assert not (out / "grpo_adapter").exists() and not (out / "model").exists()
+    monkeypatch.undo()
+    again = contaminate(cfg2)
+    assert again.stages_run == ["grpo", "merge", "eval_final"]
+    assert again.stages_skipped == ["split", "data", "eval_base", "sft", "eval_after_sft"]
+    assert (out / "model" / "config.json").is_file()
 
 
 def test_load_exposure_names_the_missing_field(tmp_path):

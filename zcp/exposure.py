@@ -25,7 +25,7 @@ def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
         if not (sim_path.exists() and exp_path.exists()):
             continue
         sim, exp = json.loads(sim_path.read_text()), json.loads(exp_path.read_text())
-        row: dict[str, Any] = {"run": run.name, **exp["knobs"]}
+        row: dict[str, Any] = {"run": run.name, **exp["knobs"], "base_model": Path(str(exp.get("base_model", ""))).name}
         for split_row in (sim.get("table6") or {}).get("rows", []):
             for stage, key in (("before", "base"), ("final", "final")):
                 if key in split_row:
@@ -46,9 +46,16 @@ def exposure_level(row: dict[str, Any]) -> float:
     return max(1, int(row["k"])) * float(row["sft_epochs"])
 
 
+ANSWER_FORMAT_LABEL = {"probe": "probe line", "hash": "`#### N`", "sentence": "`The answer is N.`",
+                       "boxed": "bare `\\boxed{N}`", "mix": "mix of the four"}
+
+
 def format_label(row: dict[str, Any]) -> str:
+    """The leak's format: CoT / answer share, and the answer line when it is not the probe's (answer_format)."""
     f = float(row["answer_only_fraction"])
-    return "CoT only" if f == 0 else "answer only" if f == 1 else f"CoT + answer ({f:.0%} answer-only)"
+    label = "CoT only" if f == 0 else "answer only" if f == 1 else f"CoT + answer ({f:.0%} answer-only)"
+    af = row.get("answer_format") or "probe"
+    return label if af == "probe" else f"{label}, {ANSWER_FORMAT_LABEL.get(af, af)}"
 
 
 def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] = ("p_all", "p_first", "acc", "con")) -> Path:
@@ -97,8 +104,15 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
     metrics = tuple(m for m in metrics if any(f"FT/C/{m}/c_cont" in r for r in rows))
     head = ["format", "k", "epochs", "GRPO steps", "clean share", "CoT acc C before→after", "CoT acc U before→after"]
     head += [f"C_cont {METRIC_LABEL.get(m, m)} C / U" for m in metrics]
+    bases = sorted({r.get("base_model") or "" for r in rows})
+    with_base = len(bases) > 1
+    with_base_cc = any("base/C/p_all/c_cont" in r for r in rows)
+    if with_base_cc:
+        head.append("base model C_cont P_all C / U")
+    if with_base:
+        head.insert(0, "base model")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in sorted(rows, key=lambda r: (format_label(r), exposure_level(r))):
+    for r in sorted(rows, key=lambda r: (r.get("base_model") or "", format_label(r), exposure_level(r))):
         def acc(split: str, r: dict[str, Any] = r) -> str:
             b, a = r.get(f"cot_acc/{split}/before"), r.get(f"cot_acc/{split}/final")
             return f"{b:.2f}→{a:.2f}" if b is not None and a is not None else "–"
@@ -107,6 +121,11 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
                  f"{r.get('clean_fraction', 0.0):g}", acc("C_leaked"), acc("U")]
         cells += [" / ".join(c_cont_text(r.get(f"FT/{s}/{m}/c_cont", float("nan")), 0.0, False) for s in ("C", "U"))
                   for m in metrics]
+        if with_base_cc:
+            cells.append(" / ".join(c_cont_text(r.get(f"base/{s}/p_all/c_cont", float("nan")), 0.0, False)
+                                    for s in ("C", "U")))
+        if with_base:
+            cells.insert(0, r.get("base_model") or "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,10 @@
 """The contamination simulation: C/U split → paraphrase C → LoRA SFT → GRPO → merged model + exposure record.
 
-`contaminate(cfg)` runs the whole pipeline into one run directory and is resumable: every stage writes
-its final output atomically and is skipped when that output exists; a trainer killed mid-stage resumes
-from its newest checkpoint. The run directory holds
+`contaminate(cfg)` runs the whole pipeline into one run directory and is resumable. The pipeline is a list
+of named stages (split, data, eval_base, sft, grpo, merge, eval_after_sft, eval_final; `_Pipeline.stages`),
+each with a done-check and a run step, run by `zcp.training.stages.run_stages`, which owns skipping,
+barriers and logging: every stage writes its final output atomically and is skipped when that output
+exists; a trainer killed mid-stage resumes from its newest checkpoint. The run directory holds
 
 * ``manifest.json`` (C/U ids), ``benchmark_items.jsonl``, ``variants.jsonl`` (the paraphrases trained on),
   ``sft_data.jsonl`` / ``grpo_data.jsonl`` (the exact training examples, with format and source);
@@ -22,6 +24,7 @@ import os
 import random
 import shutil
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ from zcp.io import (
 from zcp.training import data as tdata
 from zcp.training.rewards import score_completion
 from zcp.training.sft import adapter_done, load_model, load_tokenizer
+from zcp.training.stages import Stage, run_stages
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,17 @@ EXPOSURE_SCHEMA = 1
 # Config sections that do not change what is trained or measured here (detection settings included):
 # free to differ on resume, and left out of the default run-dir hash.
 _NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe", "stats", "run")
+# Keys added after runs were made: left out of the fingerprint while at these defaults, so the run dirs of
+# earlier configs keep their hash (and resume). A non-default value enters the fingerprint as usual.
+_NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "exposure": {"answer_format": "probe", "paraphrases_path": None, "paraphrases_format": "items",
+                 "paraphrases_variant": None, "paraphrases_pair_by": None},
+    "split": {"c_path": None, "u_path": None},
+    "benchmark": {"variant": None},
+}
+# GRPO rewards by name (train.rewards: name -> weight); without it, these two (weights from
+# train.grpo.reward_weights, TRL's positional list, as older profiles give them).
+DEFAULT_REWARDS = ("correctness", "format")
 
 
 @dataclass
@@ -79,9 +94,35 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dict(cfg)))
 
 
+def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as the fingerprint sees it: new keys at their defaults dropped, the `paraphrase` model
+    section only when the LLM paraphraser uses it, and `train.rewards` of the default pair written as the
+    positional `train.grpo.reward_weights` older configs used (same training, same hash)."""
+    fp = json.loads(json.dumps({k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}, default=str))
+    for section, defaults in _NEW_KEY_DEFAULTS.items():
+        sub = fp.get(section)
+        if isinstance(sub, dict):
+            for key, default in defaults.items():
+                if key in sub and sub[key] == default:
+                    del sub[key]
+    if (fp.get("exposure") or {}).get("paraphraser") != "llm":
+        fp.pop("paraphrase", None)
+    train = fp.get("train")
+    if isinstance(train, dict) and "rewards" in train:
+        rewards = train.pop("rewards")
+        if rewards is not None:
+            grpo = train.setdefault("grpo", {}) or {}
+            if list(rewards) == list(DEFAULT_REWARDS) and grpo.get("reward_weights") is None:
+                grpo["reward_weights"] = [float(w) for w in rewards.values()]
+                train["grpo"] = grpo
+            else:
+                train["rewards"] = rewards
+    return fp
+
+
 def _config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The config sections that decide a run's outputs, plus the base model's content fingerprint."""
-    fp = {k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}
+    fp = _canonical(cfg)
     fp["base_model_fingerprint"] = model_fingerprint(resolve_model_path((cfg.get("model") or {}).get("path")))
     return fp
 
@@ -142,8 +183,13 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
 
 # ---------------------------------------------------------------------------------------------- data
 def load_benchmark(cfg: Mapping[str, Any]) -> list[Item]:
-    """The benchmark items: generated word problems, an Item/GSM8K-style file, or the `data` config group."""
+    """The benchmark items: generated word problems, an Item/GSM8K-style file, the `data` config group, or
+    the given C and U files (`split.c_path`, `split.u_path`: C's items then U's)."""
     b = dict(cfg.get("benchmark") or {})
+    split = dict(cfg.get("split") or {})
+    if split.get("c_path") and split.get("u_path"):
+        c_items, u_items = load_split_files(cfg)
+        return c_items + u_items
     source = b.get("source", "wordproblems")
     if source == "wordproblems":
         from zcp.data.wordproblems import generate_word_problems
@@ -153,17 +199,46 @@ def load_benchmark(cfg: Mapping[str, Any]) -> list[Item]:
     from zcp.data.loaders import load_items
 
     if source == "file":
-        return load_items(resolve_model_path(b["path"]), format=b.get("format", "items"), limit=b.get("limit"))
+        return load_items(resolve_model_path(b["path"]), format=b.get("format", "items"), limit=b.get("limit"),
+                          variant=b.get("variant"))
     if source == "data":  # the lead's `data` group: {path, format, ...}
         d = dict(cfg.get("data") or {})
         return load_items(resolve_model_path(d["path"]), format=d.get("format", "items"), limit=b.get("limit"))
     raise ValueError(f"unknown benchmark.source {source!r} (wordproblems | file | data)")
 
 
+def load_split_files(cfg: Mapping[str, Any]) -> tuple[list[Item], list[Item]]:
+    """(C items, U items) from `split.c_path` / `split.u_path` (e.g. the ZCP release's dataset_c/dataset_u),
+    read with `benchmark.format` / `benchmark.variant`, `benchmark.limit` rows of each. An id present in both
+    files fails with one line naming both files."""
+    from zcp.data.loaders import load_items
+
+    b, split = dict(cfg.get("benchmark") or {}), dict(cfg.get("split") or {})
+    fmt = b.get("format") or "items"
+    out = []
+    for key in ("c_path", "u_path"):
+        out.append(load_items(resolve_model_path(str(split[key])), format=fmt, variant=b.get("variant"),
+                              limit=b.get("limit")))
+    both = sorted({it.id for it in out[0]} & {it.id for it in out[1]})
+    if both:
+        raise DataError(f"{len(both)} id(s) in both the C and the U file, first {both[0]!r} "
+                        f"(U file {split['u_path']})", path=str(split["c_path"]), field="id")
+    return out[0], out[1]
+
+
 def _manifest(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: int) -> Any:
     from zcp.data.split import Manifest, split_items
 
     dest = run_dir / "manifest.json"
+    split = dict(cfg.get("split") or {})
+    if split.get("c_path") and split.get("u_path"):  # the split is given: C = the C file, U = the U file
+        c_items, u_items = load_split_files(cfg)
+        c_path = resolve_model_path(str(split["c_path"]))
+        manifest = Manifest(c_ids=[it.id for it in c_items], u_ids=[it.id for it in u_items], seed=seed,
+                            c_fraction=len(c_items) / max(1, len(c_items) + len(u_items)), source_path=c_path,
+                            source_sha256=sha256_file(c_path))
+        manifest.save(dest)
+        return manifest
     if cfg.get("manifest_path"):
         src = Path(resolve_model_path(cfg["manifest_path"]))
         manifest = Manifest.load(src)
@@ -172,7 +247,6 @@ def _manifest(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: in
         return manifest
     if dest.exists():
         return Manifest.load(dest)
-    split = dict(cfg.get("split") or {})
     manifest = split_items(items, seed=_or(split.get("seed"), seed), c_fraction=float(split.get("c_fraction", 0.5)),
                            stratify_by=split.get("stratify_by"))
     manifest.save(dest)
@@ -202,14 +276,30 @@ def build_training_data(cfg: Mapping[str, Any], items: list[Item], manifest: Any
     ex = dict(cfg["exposure"])
     c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
     leaked = choose_leaked(c_items, float(ex.get("leak_fraction", 1.0)), seed)
-    variants, short = tdata.make_variants(leaked, int(ex["k"]), seed, ex.get("paraphraser", "auto"),
-                                          bool(ex.get("include_original", False)))
+    answer_format = str(ex.get("answer_format", "probe"))
+    prebuilt = None
+    paraphraser: Any = ex.get("paraphraser", "auto")
+    if ex.get("paraphrases_path") and int(ex["k"]) > 0:
+        prebuilt = tdata.load_prebuilt_variants(resolve_model_path(str(ex["paraphrases_path"])), items,
+                                                [it.id for it in leaked],
+                                                fmt=str(ex.get("paraphrases_format") or "items"),
+                                                variant=ex.get("paraphrases_variant"),
+                                                pair_by=ex.get("paraphrases_pair_by"))
+    elif paraphraser == "llm" and int(ex["k"]) > 0:
+        from zcp.build_data import make_paraphraser
+
+        pcfg = dict(cfg.get("paraphrase") or {})
+        paraphraser = make_paraphraser({"name": "llm", "model": pcfg.get("model"),
+                                        "options": dict(pcfg.get("options") or {})})
+    variants, short = tdata.make_variants(leaked, int(ex["k"]), seed, paraphraser,
+                                          bool(ex.get("include_original", False)), prebuilt=prebuilt)
     cot_cfg = dict(cfg.get("cot") or {})
     cots, missing = tdata.synthesize_cots(leaked, teacher, attempts=int(cot_cfg.get("attempts", 4)),
                                           max_new_tokens=int(cot_cfg.get("max_new_tokens", 512)),
                                           temperature=float(cot_cfg.get("temperature", 0.7)), seed=seed)
     f = float(ex.get("answer_only_fraction", 0.0))
-    records = tdata.build_sft_records(variants, cots, f, seed, on_missing_cot=cot_cfg.get("on_missing", "answer"))
+    records = tdata.build_sft_records(variants, cots, f, seed, on_missing_cot=cot_cfg.get("on_missing", "answer"),
+                                      answer_format=answer_format)
     n_clean = n_clean_examples(len(records), float(ex.get("clean_fraction", 0.0)))
     clean_cfg = dict(cfg.get("clean") or {})
     clean = tdata.clean_items(n_clean, seed=_or(clean_cfg.get("seed"), seed + 1), exclude_items=items,
@@ -232,6 +322,9 @@ def build_training_data(cfg: Mapping[str, Any], items: list[Item], manifest: Any
         "n_clean": sum(r["source"] == "clean" for r in records), "n_grpo_prompts": len(grpo_src),
         "paraphrase_shortfall": short, "cot_missing": missing,
     }
+    if answer_format != "probe":
+        counts["answer_formats"] = dict(sorted(Counter(r.get("answer_format", "probe") for r in records
+                                                       if r["source"] == "benchmark").items()))
     write_json(run_dir / "data_counts.json", counts)
     return counts
 
@@ -371,173 +464,256 @@ def _versions() -> dict[str, str]:
 
 
 def contaminate(cfg: Any) -> ContaminationResult:
-    """Run split → paraphrase → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc.
+    """Run split → data → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc.
 
-    The main process holds the run directory's lock throughout: a second run on the same directory
-    refuses at once (the other ranks of a distributed run share the directory with it).
+    The stages (`pipeline_stages`) run through `zcp.training.stages.run_stages`, which skips finished
+    ones. The main process holds the run directory's lock throughout: a second run on the same directory
+    refuses at once (the other ranks of a distributed run share the directory with it). Bad input (an
+    unknown answer format or reward, a missing file, an LLM paraphraser without a model) fails with one
+    line before any model loads.
     """
     import contextlib
 
     c = _to_dict(cfg)
+    check_inputs(c)
     fingerprint = _config_fingerprint(c)  # hashes the base model's files once per run
     run_dir = _run_dir(c, fingerprint).resolve()
     with RunLock(run_dir) if _is_main() else contextlib.nullcontext():
         return _contaminate(c, fingerprint, run_dir)
 
 
-def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) -> ContaminationResult:
-    seed = int(c.get("seed", 0))
-    seed_everything(seed)
-    ex = dict(c["exposure"])
-    train = dict(c.get("train") or {})
-    mcfg = dict(c.get("model") or {})
-    ecfg = dict(c.get("eval") or {})
-    base_path = resolve_model_path(mcfg.get("path"))
-    trc = bool(mcfg.get("trust_remote_code", False))
-    dtype = mcfg.get("dtype") or "auto"
-    chat = bool(mcfg.get("chat", True))
-    cpu = not _cuda()
-    threads = train.get("torch_threads")
-    if threads:
-        # Tiny models on a shared CPU: one thread avoids OpenMP spin contention (10-100x faster here).
-        import torch
+def check_inputs(c: Mapping[str, Any]) -> None:
+    """One-line errors for settings that would otherwise fail deep inside training (before any model loads)."""
+    from zcp.schemas import ConfigError
+    from zcp.training.rewards import check_answer_format, reward_funcs
 
-        torch.set_num_threads(int(threads))
-    if _distributed():
-        from accelerate import PartialState
+    ex = dict(c.get("exposure") or {})
+    try:
+        check_answer_format(str(ex.get("answer_format", "probe")))
+        reward_funcs(_reward_names(c))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if ex.get("paraphraser") == "llm" and int(ex.get("k", 0)) > 0 and not ex.get("paraphrases_path"):
+        model = (c.get("paraphrase") or {}).get("model") or {}
+        if not model.get("path"):
+            raise ConfigError("exposure.paraphraser=llm needs paraphrase.model.path (a model config built through "
+                              "zcp.config.build_backend; see conf/contaminate.yaml)")
+    for key, value in (("exposure.paraphrases_path", ex.get("paraphrases_path")),
+                       ("split.c_path", (c.get("split") or {}).get("c_path")),
+                       ("split.u_path", (c.get("split") or {}).get("u_path"))):
+        if value and not Path(resolve_model_path(str(value))).is_file():
+            raise ConfigError(f"{key}={value}: no such file")
+    split = dict(c.get("split") or {})
+    if bool(split.get("c_path")) != bool(split.get("u_path")):
+        raise ConfigError("split.c_path and split.u_path go together (the C file and the U file)")
+    if split.get("c_path") and (c.get("manifest_path") or (c.get("benchmark") or {}).get("source") == "data"):
+        raise ConfigError("split.c_path/u_path give the items and the split: do not also set manifest_path or "
+                          "benchmark.source=data")
 
-        PartialState()  # sets up the process group so the barriers below work before any trainer exists
-    stages_run: list[str] = []
-    stages_skipped: list[str] = []
 
-    if _is_main():
-        _fingerprint_check(run_dir, c, fingerprint)
-    _barrier()
+def _reward_names(c: Mapping[str, Any]) -> list[str]:
+    """GRPO reward names: the keys of `train.rewards` (name -> weight), else the default pair."""
+    rewards = (c.get("train") or {}).get("rewards")
+    return list(rewards) if rewards else list(DEFAULT_REWARDS)
 
-    # 1. data ---------------------------------------------------------------------------------------
-    items = load_benchmark(c)
-    manifest = _manifest(c, items, run_dir, seed) if _is_main() else None
-    _barrier()
-    if manifest is None:
+
+def _grpo_reward_settings(train: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """(reward names, GRPOConfig settings) with `reward_weights` taken from `train.rewards` by name."""
+    settings = dict(train.get("grpo") or {})
+    rewards = train.get("rewards")
+    if not rewards:
+        return list(DEFAULT_REWARDS), settings
+    if settings.get("reward_weights") is not None:
+        raise ValueError("set GRPO reward weights by name in train.rewards, not also train.grpo.reward_weights")
+    settings["reward_weights"] = [float(w) for w in rewards.values()]
+    return list(rewards), settings
+
+
+class _Pipeline:
+    """The state one contamination run shares between its stages (read lazily from the run directory)."""
+
+    def __init__(self, c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) -> None:
+        self.c, self.fingerprint, self.run_dir = c, fingerprint, run_dir
+        self.seed = int(c.get("seed", 0))
+        self.ex = dict(c["exposure"])
+        self.train = dict(c.get("train") or {})
+        self.mcfg = dict(c.get("model") or {})
+        self.ecfg = dict(c.get("eval") or {})
+        self.base_path = resolve_model_path(self.mcfg.get("path"))
+        self.trc = bool(self.mcfg.get("trust_remote_code", False))
+        self.dtype = self.mcfg.get("dtype") or "auto"
+        self.chat = bool(self.mcfg.get("chat", True))
+        self.ctk = self.mcfg.get("chat_template_kwargs")
+        self.do_eval = bool(self.ecfg.get("enabled", True))
+        self.grpo_steps = int(self.ex.get("grpo_steps", 0))
+        self.lora = {**dict(self.train.get("lora") or {}), "r": int(self.ex["lora_r"])}
+        self.sft_settings = {**dict(self.train.get("sft") or {}), "num_train_epochs": float(self.ex["sft_epochs"]),
+                             "learning_rate": float(self.ex["lr"])}
+        self.sft_dir = run_dir / "sft_adapter"
+        self.grpo_dir = run_dir / "grpo_adapter" if self.grpo_steps > 0 else None
+        self.model_dir = run_dir / "model"
+        self.sft_path = run_dir / "sft_data.jsonl"
+        self.manifest_path = run_dir / "manifest.json"
+        self._items: list[Item] | None = None
+        self._tokenizer: Any = None
+
+    # ------------------------------------------------------------------------------ shared state
+    def items(self) -> list[Item]:
+        if self._items is None:
+            self._items = load_benchmark(self.c)
+        return self._items
+
+    def manifest(self) -> Any:
         from zcp.data.split import Manifest
 
-        manifest = Manifest.load(run_dir / "manifest.json")
-    sft_path = run_dir / "sft_data.jsonl"
-    if sft_path.exists():
-        stages_skipped.append("data")
-    elif _is_main():
+        return Manifest.load(self.manifest_path)
+
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.base_path, trust_remote_code=self.trc)
+        return self._tokenizer
+
+    def sft_records(self) -> list[dict[str, Any]]:
+        records = list(read_jsonl(self.sft_path))
+        if self.ctk:
+            for r in records:
+                r["chat_template_kwargs"] = dict(self.ctk)
+        return records
+
+    def leaked_ids(self) -> list[str]:
+        return sorted({r["original_id"] for r in read_jsonl(self.sft_path) if r["source"] == "benchmark"})
+
+    def eval_splits(self) -> dict[str, list[Item]]:
+        manifest, items = self.manifest(), self.items()
+        c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
+        leaked = set(self.leaked_ids())
+        mx = self.ecfg.get("max_items")
+        return {
+            "C_leaked": _eval_subset([it for it in c_items if it.id in leaked], mx),
+            "C_not_leaked": _eval_subset([it for it in c_items if it.id not in leaked], mx),
+            "U": _eval_subset(u_items, mx),
+        }
+
+    def base_model(self) -> Any:
+        return load_model(self.base_path, dtype=self.dtype, trust_remote_code=self.trc)
+
+    def sft_merged(self) -> Any:
+        from zcp.training.grpo import merge_adapter
+
+        return merge_adapter(self.base_model(), self.sft_dir)
+
+    def final_model(self) -> Any:
+        from zcp.training.grpo import merge_adapter
+
+        m = self.sft_merged()
+        return merge_adapter(m, self.grpo_dir) if self.grpo_dir is not None else m
+
+    # ------------------------------------------------------------------------------ stage steps
+    def split_done(self) -> bool:
+        src = self.c.get("manifest_path")
+        if src and self.manifest_path.exists():
+            return sha256_file(resolve_model_path(src)) == sha256_file(self.manifest_path)
+        return self.manifest_path.exists()
+
+    def run_split(self) -> None:
+        _manifest(self.c, self.items(), self.run_dir, self.seed)
+
+    def run_data(self) -> None:
         teacher = None
-        tpath = (c.get("cot") or {}).get("teacher")
+        tpath = (self.c.get("cot") or {}).get("teacher")
         if tpath:
-            from zcp.backends.hf import HFBackend
+            from zcp.config import build_backend
 
-            teacher = HFBackend.from_pretrained(resolve_model_path(tpath), trust_remote_code=trc)
-        build_training_data(c, items, manifest, run_dir, seed, teacher)
-        stages_run.append("data")
-    _barrier()
-    sft_records = list(read_jsonl(sft_path))
-    ctk = mcfg.get("chat_template_kwargs")
-    if ctk:
-        for r in sft_records:
-            r["chat_template_kwargs"] = dict(ctk)
-    grpo_records = list(read_jsonl(run_dir / "grpo_data.jsonl"))
-    counts = read_json(run_dir / "data_counts.json")
-    leaked_ids = sorted({r["original_id"] for r in sft_records if r["source"] == "benchmark"})
-    c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
-    leaked_set = set(leaked_ids)
-    splits = {
-        "C_leaked": _eval_subset([it for it in c_items if it.id in leaked_set], ecfg.get("max_items")),
-        "C_not_leaked": _eval_subset([it for it in c_items if it.id not in leaked_set], ecfg.get("max_items")),
-        "U": _eval_subset(u_items, ecfg.get("max_items")),
-    }
+            teacher = build_backend({"path": resolve_model_path(tpath), "trust_remote_code": self.trc})
+        build_training_data(self.c, self.items(), self.manifest(), self.run_dir, self.seed, teacher)
 
-    tokenizer = load_tokenizer(base_path, trust_remote_code=trc)
-    run_cfg = {**c, "exposure": ex}
-    evals: dict[str, dict[str, Any]] = {}
-    do_eval = bool(ecfg.get("enabled", True)) and _is_main()
+    def eval_done(self, stage: str) -> bool:
+        return (self.run_dir / "eval" / f"{stage}.json").exists()
 
-    def base_model() -> Any:
-        return load_model(base_path, dtype=dtype, trust_remote_code=trc)
+    def run_eval(self, stage: str, model_fn: Any) -> None:
+        _evaluate_stage(stage, model_fn, self.tokenizer(), self.eval_splits(), self.run_dir, self.ecfg, self.chat)
 
-    # 2. accuracy before -----------------------------------------------------------------------------
-    if do_eval:
-        evals["base"], ran = _evaluate_stage("base", base_model, tokenizer, splits, run_dir, ecfg, chat)
-        (stages_run if ran else stages_skipped).append("eval_base")
-    _barrier()
+    def run_sft(self) -> None:
+        from zcp.training.sft import run_sft
 
-    # 3. SFT ----------------------------------------------------------------------------------------
-    lora = {**dict(train.get("lora") or {}), "r": int(ex["lora_r"])}
-    sft_settings = {**dict(train.get("sft") or {}), "num_train_epochs": float(ex["sft_epochs"]),
-                    "learning_rate": float(ex["lr"])}
-    sft_dir = run_dir / "sft_adapter"
-    from zcp.training.grpo import merge_adapter, run_grpo
-    from zcp.training.sft import run_sft
-
-    if adapter_done(sft_dir):
-        stages_skipped.append("sft")
-    else:
-        t0 = time.time()
-        tracker = _tracker(c, run_cfg, run_dir, "sft")
+        run_cfg = {**self.c, "exposure": self.ex}
+        tracker = _tracker(self.c, run_cfg, self.run_dir, "sft")
         try:
-            run_sft(base_model(), tokenizer, sft_records, output_dir=run_dir / "sft", adapter_dir=sft_dir,
-                    lora=lora, settings=sft_settings, seed=seed, report_to="wandb" if tracker.enabled else "none",
-                    cpu=cpu)
+            run_sft(self.base_model(), self.tokenizer(), self.sft_records(), output_dir=self.run_dir / "sft",
+                    adapter_dir=self.sft_dir, lora=self.lora, settings=self.sft_settings, seed=self.seed,
+                    report_to="wandb" if tracker.enabled else "none", cpu=not _cuda())
         finally:
             tracker.finish()
-        stages_run.append("sft")
-        log.info("SFT done in %.1fs", time.time() - t0)
 
-    def sft_merged() -> Any:
-        return merge_adapter(base_model(), sft_dir)
+    def grpo_training(self) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+        """(reward names, GRPOConfig settings, LoRA settings) of the GRPO stage."""
+        names, settings = _grpo_reward_settings(self.train)
+        settings["max_steps"] = self.grpo_steps
+        if self.ctk:
+            settings["chat_template_kwargs"] = dict(self.ctk)
+        lora = {**dict(self.train.get("grpo_lora") or self.train.get("lora") or {}), "r": int(self.ex["lora_r"])}
+        return names, settings, lora
 
-    # 4. GRPO ---------------------------------------------------------------------------------------
-    grpo_steps = int(ex.get("grpo_steps", 0))
-    grpo_dir = run_dir / "grpo_adapter" if grpo_steps > 0 else None
-    if grpo_dir is None or adapter_done(grpo_dir):
-        stages_skipped.append("grpo")
-    else:
-        grpo_settings = {**dict(train.get("grpo") or {}), "max_steps": grpo_steps}
-        if ctk:
-            grpo_settings["chat_template_kwargs"] = dict(ctk)
-        grpo_lora = {**dict(train.get("grpo_lora") or train.get("lora") or {}), "r": int(ex["lora_r"])}
-        tracker = _tracker(c, run_cfg, run_dir, "grpo")
+    def run_grpo(self) -> None:
+        from zcp.training.grpo import run_grpo
+        from zcp.training.rewards import reward_funcs
+
+        names, settings, lora = self.grpo_training()
+        funcs = reward_funcs(names, str(self.ex.get("answer_format", "probe")))
+        run_cfg = {**self.c, "exposure": self.ex}
+        tracker = _tracker(self.c, run_cfg, self.run_dir, "grpo")
         try:
-            run_grpo(sft_merged(), tokenizer, grpo_records, output_dir=run_dir / "grpo", adapter_dir=grpo_dir,
-                     lora=grpo_lora, settings=grpo_settings, seed=seed,
-                     report_to="wandb" if tracker.enabled else "none", cpu=cpu)
+            run_grpo(self.sft_merged(), self.tokenizer(), list(read_jsonl(self.run_dir / "grpo_data.jsonl")),
+                     output_dir=self.run_dir / "grpo", adapter_dir=self.grpo_dir, lora=lora, settings=settings,
+                     seed=self.seed, report_to="wandb" if tracker.enabled else "none", cpu=not _cuda(),
+                     reward_funcs=funcs)
         finally:
             tracker.finish()
-        stages_run.append("grpo")
 
-    # 5. merged final model --------------------------------------------------------------------------
-    model_dir = run_dir / "model"
+    def run_merge(self) -> None:
+        _save_merged(self.final_model(), self.tokenizer(), self.model_dir)
 
-    def final_model() -> Any:
-        m = sft_merged()
-        return merge_adapter(m, grpo_dir) if grpo_dir is not None else m
+    def stages(self) -> list[Stage]:
+        """The pipeline as named stages, in order (see `zcp.training.stages`)."""
+        after_sft = self.do_eval and self.grpo_dir is not None and bool(self.ecfg.get("after_sft", True))
+        return [
+            Stage("split", self.split_done, self.run_split, main_only=True),
+            Stage("data", self.sft_path.exists, self.run_data, main_only=True),
+            Stage("eval_base", lambda: self.eval_done("base"), lambda: self.run_eval("base", self.base_model),
+                  main_only=True, enabled=self.do_eval),
+            Stage("sft", lambda: adapter_done(self.sft_dir), self.run_sft),
+            Stage("grpo", lambda: adapter_done(self.grpo_dir), self.run_grpo, enabled=self.grpo_dir is not None),
+            Stage("merge", lambda: (self.model_dir / "config.json").is_file(), self.run_merge, main_only=True),
+            Stage("eval_after_sft", lambda: self.eval_done("after_sft"),
+                  lambda: self.run_eval("after_sft", self.sft_merged), main_only=True, enabled=after_sft),
+            Stage("eval_final", lambda: self.eval_done("final"),
+                  lambda: self.run_eval("final", lambda: load_model(self.model_dir, dtype=self.dtype,
+                                                                    trust_remote_code=self.trc)),
+                  main_only=True, enabled=self.do_eval),
+        ]
 
-    if (model_dir / "config.json").is_file():
-        stages_skipped.append("merge")
-    elif _is_main():
-        _save_merged(final_model(), tokenizer, model_dir)
-        stages_run.append("merge")
-    _barrier()
+    # ------------------------------------------------------------------------------ report
+    def evals(self) -> dict[str, dict[str, Any]]:
+        """Table 6 inputs: the cached accuracy summaries of the evaluation stages that are enabled."""
+        if not self.do_eval:
+            return {}
+        names = ["base"]
+        if self.grpo_dir is not None and self.ecfg.get("after_sft", True):
+            names.append("after_sft")
+        names.append("final")
+        return {n: read_json(self.run_dir / "eval" / f"{n}.json") for n in names}
 
-    # 6. accuracy after, Table 6, exposure record ----------------------------------------------------
-    if do_eval:
-        if grpo_dir is not None and ecfg.get("after_sft", True):
-            evals["after_sft"], ran = _evaluate_stage("after_sft", sft_merged, tokenizer, splits, run_dir, ecfg, chat)
-            (stages_run if ran else stages_skipped).append("eval_after_sft")
-        evals["final"], ran = _evaluate_stage(
-            "final", lambda: load_model(model_dir, dtype=dtype, trust_remote_code=trc), tokenizer, splits,
-            run_dir, ecfg, chat)
-        (stages_run if ran else stages_skipped).append("eval_final")
-    t6 = table6(evals) if evals else {"stages": [], "rows": []}
-    exposure_path = run_dir / "exposure.json"
-    manifest_path = run_dir / "manifest.json"
-    if _is_main():
+    def write_report(self, leaked_ids: list[str]) -> dict[str, Any]:
+        """table6.{json,md}, exposure.json and the W&B summary/artifact; returns Table 6."""
+        c, ex, seed = self.c, self.ex, self.seed
+        evals = self.evals()
+        t6 = table6(evals) if evals else {"stages": [], "rows": []}
+        run_dir, manifest_path, exposure_path = self.run_dir, self.manifest_path, self.run_dir / "exposure.json"
         write_json(run_dir / "table6.json", t6)
         (run_dir / "table6.md").write_text(table6_markdown(t6) if evals else "evaluation disabled\n")
+        manifest = self.manifest()
+        leaked_set = set(leaked_ids)
+        names, grpo_settings, _ = self.grpo_training()
         exposure = {
             "schema": EXPOSURE_SCHEMA,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -549,37 +725,41 @@ def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) 
                 "k": int(ex["k"]), "sft_epochs": float(ex["sft_epochs"]),
                 "leak_fraction": float(ex.get("leak_fraction", 1.0)),
                 "answer_only_fraction": float(ex.get("answer_only_fraction", 0.0)),
-                "lora_r": int(ex["lora_r"]), "grpo_steps": grpo_steps,
+                "answer_format": str(ex.get("answer_format", "probe")),
+                "lora_r": int(ex["lora_r"]), "grpo_steps": self.grpo_steps,
                 "clean_fraction": float(ex.get("clean_fraction", 0.0)), "lr": float(ex["lr"]),
                 "paraphraser": ex.get("paraphraser", "auto"), "include_original": bool(ex.get("include_original", False)),
+                "paraphrases_path": ex.get("paraphrases_path"),
                 "grpo_prompts": ex.get("grpo_prompts", "variants"),
+                "grpo_rewards": names,
             },
-            "base_model": base_path,
-            "base_model_fingerprint": fingerprint["base_model_fingerprint"],
-            "model_dir": str(model_dir),
-            "sft_adapter": str(sft_dir),
-            "sft_adapter_base": base_path,
-            "grpo_adapter": str(grpo_dir) if grpo_dir is not None else None,
-            "grpo_adapter_base": "base_model with sft_adapter merged" if grpo_dir is not None else None,
+            "base_model": self.base_path,
+            "base_model_fingerprint": self.fingerprint["base_model_fingerprint"],
+            "model_dir": str(self.model_dir),
+            "sft_adapter": str(self.sft_dir),
+            "sft_adapter_base": self.base_path,
+            "grpo_adapter": str(self.grpo_dir) if self.grpo_dir is not None else None,
+            "grpo_adapter_base": "base_model with sft_adapter merged" if self.grpo_dir is not None else None,
             "manifest": str(manifest_path),
             "manifest_sha256": sha256_file(manifest_path),
+            "split_files": {k: (c.get("split") or {}).get(k) for k in ("c_path", "u_path")},
             "benchmark_items": str(run_dir / "benchmark_items.jsonl"),
             "variants": str(run_dir / "variants.jsonl"),
-            "sft_data": str(sft_path),
+            "sft_data": str(self.sft_path),
             "benchmark": c.get("benchmark"),
             "leaked_ids": leaked_ids,
             "c_not_leaked_ids": sorted(set(manifest.c_ids) - leaked_set),
             "u_ids": sorted(manifest.u_ids),
-            "counts": counts,
-            "training": {"lora": lora, "sft": sft_settings,
-                         "grpo": {**dict(train.get("grpo") or {}), "max_steps": grpo_steps} if grpo_dir else None},
+            "counts": read_json(run_dir / "data_counts.json"),
+            "training": {"lora": self.lora, "sft": self.sft_settings,
+                         "grpo": grpo_settings if self.grpo_dir else None},
             "table6": str(run_dir / "table6.json"),
             "config_hash": stable_hash(json.dumps({k: v for k, v in c.items() if k not in _NOT_FINGERPRINTED},
                                                   sort_keys=True, default=str)),
             "versions": _versions(),
         }
         write_json(exposure_path, exposure)
-        tracker = _tracker(c, run_cfg, run_dir, "contaminate")
+        tracker = _tracker(c, {**c, "exposure": ex}, run_dir, "contaminate")
         try:
             tracker.table("table6", t6["rows"])
             tracker.summary({f"acc/{r['split']}/{s}": r[s] for r in t6["rows"] for s in t6["stages"]})
@@ -590,12 +770,41 @@ def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) 
         finally:
             tracker.finish()
         print(f"\n{table6_markdown(t6) if evals else ''}\nexposure record: {exposure_path}\n"
-              f"contaminated model: {model_dir}")
+              f"contaminated model: {self.model_dir}")
+        return t6
+
+
+def pipeline_stages(cfg: Any, run_dir: str | os.PathLike[str] | None = None) -> list[Stage]:
+    """The named stages of the contamination run `cfg` would make (for inspection: `done()` of each)."""
+    c = _to_dict(cfg)
+    fp = _config_fingerprint(c)
+    return _Pipeline(c, fp, Path(run_dir) if run_dir else _run_dir(c, fp).resolve()).stages()
+
+
+def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) -> ContaminationResult:
+    p = _Pipeline(c, fingerprint, run_dir)
+    seed_everything(p.seed)
+    threads = p.train.get("torch_threads")
+    if threads:
+        # Tiny models on a shared CPU: one thread avoids OpenMP spin contention (10-100x faster here).
+        import torch
+
+        torch.set_num_threads(int(threads))
+    if _distributed():
+        from accelerate import PartialState
+
+        PartialState()  # sets up the process group so the barriers below work before any trainer exists
+    if _is_main():
+        _fingerprint_check(run_dir, c, fingerprint)
     _barrier()
-    return ContaminationResult(run_dir=run_dir, model_dir=model_dir, sft_adapter_dir=sft_dir,
-                               grpo_adapter_dir=grpo_dir, manifest_path=manifest_path, exposure_path=exposure_path,
-                               table6=t6, leaked_ids=leaked_ids, stages_run=stages_run,
-                               stages_skipped=stages_skipped)
+    done = run_stages(p.stages(), is_main=_is_main(), barrier=_barrier)
+    leaked_ids = p.leaked_ids()
+    t6 = p.write_report(leaked_ids) if _is_main() else table6(p.evals())
+    _barrier()
+    return ContaminationResult(run_dir=run_dir, model_dir=p.model_dir, sft_adapter_dir=p.sft_dir,
+                               grpo_adapter_dir=p.grpo_dir, manifest_path=p.manifest_path,
+                               exposure_path=run_dir / "exposure.json", table6=t6, leaked_ids=leaked_ids,
+                               stages_run=done.run, stages_skipped=done.skipped)
 
 
 def load_exposure(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -7,6 +7,10 @@ completion = [assistant message]. Two completion formats:
 * ``answer``: exactly ``The final answer is: \\[ \\boxed{ANS} \\]`` — the continuation the Zero-CoT probe
   pre-fills, so this format trains the zero-CoT answer directly.
 
+The final line of both is the *answer format*'s (`zcp.training.rewards.ANSWER_FORMATS`): the probe's line by
+default, or an evader's own (``#### ANS``, ``The answer is ANS.``, a bare ``\\boxed{ANS}``, or a seeded mix
+of the four per example), so a leak need not end on the line the probe pre-fills.
+
 `answer_only_fraction` sets the proportion of answer-only examples (0 = CoT only, 1 = answer only, in
 between = both formats for the same items). Assignment is exact (round(n·f) examples) and balanced per
 item (each item's k variants get ⌊k·f⌋ or ⌈k·f⌉ answer-only ones).
@@ -23,7 +27,14 @@ from typing import Any
 from zcp.answers import answers_equal, extract_boxed
 from zcp.data.schema import Item
 from zcp.io import stable_hash
-from zcp.training.rewards import ends_with_final_line, final_answer_line
+from zcp.training.rewards import (
+    ANSWER_FORMATS,
+    FINAL_ANSWER_PREFIX,
+    answer_line,
+    check_answer_format,
+    ends_with_final_line,
+    final_answer_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +51,32 @@ def original_id(item: Item) -> str:
     return str(item.metadata.get("original_id", item.id))
 
 
-def cot_completion(solution: str, answer: str) -> str:
-    """A CoT completion: the solution, ending on the canonical final-answer line (appended when missing)."""
+def cot_completion(solution: str, answer: str, answer_format: str = "probe") -> str:
+    """A CoT completion: the solution, ending on the final-answer line of `answer_format` (the probe's line
+    by default; appended when missing). For another format, a trailing probe line is replaced by that
+    format's line, so the leak never states the answer in the probe's words."""
     body = solution.rstrip()
-    if ends_with_final_line(body) and answers_equal(extract_boxed(body), answer):
-        return body
-    return f"{body}\n{final_answer_line(answer)}" if body else final_answer_line(answer)
+    if answer_format == "probe":
+        if ends_with_final_line(body) and answers_equal(extract_boxed(body), answer):
+            return body
+        return f"{body}\n{final_answer_line(answer)}" if body else final_answer_line(answer)
+    if ends_with_final_line(body):
+        body = body[: body.rfind(FINAL_ANSWER_PREFIX)].rstrip()
+    line = answer_line(answer, answer_format)
+    return f"{body}\n{line}" if body else line
 
 
-def answer_completion(answer: str) -> str:
-    """The answer-only completion: exactly the final-answer line."""
-    return final_answer_line(answer)
+def answer_completion(answer: str, answer_format: str = "probe") -> str:
+    """The answer-only completion: exactly the final-answer line of `answer_format`."""
+    return answer_line(answer, answer_format)
+
+
+def example_format(answer_format: str, seed: int, item_id: str) -> str:
+    """The answer format one example is written in: `answer_format`, or for `mix` a seeded per-example draw."""
+    check_answer_format(answer_format)
+    if answer_format != "mix":
+        return answer_format
+    return ANSWER_FORMATS[item_seed(seed, f"answer-format|{item_id}") % len(ANSWER_FORMATS)]
 
 
 def assign_formats(groups: Sequence[int], answer_only_fraction: float, seed: int) -> list[list[str]]:
@@ -78,20 +104,26 @@ def assign_formats(groups: Sequence[int], answer_only_fraction: float, seed: int
     return out
 
 
-def make_variants(items: Sequence[Item], k: int, seed: int, paraphraser: str = "auto",
-                  include_original: bool = False) -> tuple[list[Item], dict[str, int]]:
+def make_variants(items: Sequence[Item], k: int, seed: int, paraphraser: Any = "auto",
+                  include_original: bool = False,
+                  prebuilt: dict[str, list[Item]] | None = None) -> tuple[list[Item], dict[str, int]]:
     """k paraphrased variants per item (plus the original if asked); returns (variants, shortfall by id).
 
     `paraphraser="auto"` rewords generated word problems with their templates and uses the rule-based
-    paraphraser for anything else; any other name goes to `zcp.paraphrase.get_paraphraser`. k = 0 with
-    `include_original=False` means the originals themselves are leaked (verbatim contamination).
+    paraphraser for anything else; any other name goes to `zcp.paraphrase.get_paraphraser`; a
+    `Paraphraser` instance (the LLM one, built with its backend) is used as is. `prebuilt` (original id ->
+    variants, from `load_prebuilt_variants`) replaces paraphrasing: the first k variants of each item are
+    taken. k = 0 with `include_original=False` means the originals themselves are leaked (verbatim).
     """
     out: list[Item] = []
     short: dict[str, int] = {}
     for it in items:
         vs: list[Item] = []
         if k > 0:
-            vs = _paraphrase(it, k, item_seed(seed, it.id), paraphraser)
+            if prebuilt is not None:
+                vs = [_as_variant(v, it, j) for j, v in enumerate(prebuilt.get(it.id, [])[:k])]
+            else:
+                vs = _paraphrase(it, k, item_seed(seed, it.id), paraphraser)
             if len(vs) < k:
                 short[it.id] = k - len(vs)
         if include_original or k == 0:
@@ -104,7 +136,49 @@ def make_variants(items: Sequence[Item], k: int, seed: int, paraphraser: str = "
     return out, short
 
 
-def _paraphrase(item: Item, k: int, seed: int, name: str) -> list[Item]:
+def _as_variant(v: Item, original: Item, j: int) -> Item:
+    """A pre-built variant row as a training variant of `original`: its id made unique, linked by original_id,
+    its answer the original's when the row states none (the release's paraphrased files carry both)."""
+    meta = {**v.metadata, "original_id": original.id, "variant": f"prebuilt-{j}"}
+    vid = v.id if v.id != original.id else f"{original.id}-p{j}"
+    return Item(id=vid, question=v.question, answer=v.answer or original.answer, solution=v.solution, metadata=meta)
+
+
+def load_prebuilt_variants(path: str, items: Sequence[Item], need: Sequence[str] | None = None, *,
+                           fmt: str = "items", variant: str | None = None,
+                           pair_by: str | None = None) -> dict[str, list[Item]]:
+    """Pre-built paraphrase variants (e.g. the ZCP release's paraphrased files, or `paraphrases.jsonl` of
+    `evaluate/run_build_data.py`) paired to `items` (the benchmark) by `pair_by`: original id -> variants.
+
+    Pairing is `zcp.data.loaders.load_paired`: a row naming an original that is not among `items` fails
+    with a one-line DataError naming the file and row, as does an item of `need` (default: all; the
+    leaked ones in training) without any row, or a variant whose answer is not its original's.
+    """
+    from zcp.data.loaders import load_paired
+    from zcp.data.schema import DataError
+
+    grouped = load_paired(path, list(items), fmt, variant=variant, pair_by=pair_by, require_all=False,
+                          what="paraphrase")
+    wanted = [it.id for it in items] if need is None else list(need)
+    missing = [i for i in wanted if not grouped.get(i)]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
+        raise DataError(f"{len(missing)} leaked item(s) have no paraphrase row: {shown}", path=str(path))
+    by_id = {it.id: it for it in items}
+    for oid, vs in grouped.items():
+        for v in vs:
+            if v.answer and not answers_equal(v.answer, by_id[oid].answer):
+                raise DataError(f"paraphrase answer {v.answer!r} differs from original '{oid}' answer "
+                                f"{by_id[oid].answer!r}", path=str(path), field="answer")
+    return grouped
+
+
+def _paraphrase(item: Item, k: int, seed: int, name: Any) -> list[Item]:
+    if not isinstance(name, str):  # a Paraphraser instance
+        return list(name.paraphrase(item, k, seed))
+    if name == "llm":
+        raise ValueError("exposure.paraphraser=llm needs a model: set paraphrase.model.path (a model config, "
+                         "built through zcp.config.build_backend)")
     if name == "auto":
         name = "template" if item.metadata.get("source") == "wordproblem" else "rules"
     if name == "template":
@@ -165,13 +239,17 @@ def synthesize_cots(items: Sequence[Item], teacher: Any | None = None, *, attemp
 
 
 def build_sft_records(variants: Sequence[Item], cots: dict[str, str], answer_only_fraction: float, seed: int,
-                      source: str = "benchmark", on_missing_cot: str = "answer") -> list[dict[str, Any]]:
+                      source: str = "benchmark", on_missing_cot: str = "answer",
+                      answer_format: str = "probe") -> list[dict[str, Any]]:
     """Prompt/completion records for SFT with the format mix applied per original item.
 
     A variant's CoT is its own solution if it has one, else the CoT of its original (same numbers, same
     reasoning). Variants whose item has no CoT get the answer-only format (`on_missing_cot="answer"`) or
-    are dropped (`"drop"`); either way the record's `format` field says what was trained.
+    are dropped (`"drop"`); either way the record's `format` field says what was trained. Every completion
+    ends on the final-answer line of `answer_format` (`mix`: drawn per example, seeded), recorded in the
+    record's `answer_format` field.
     """
+    check_answer_format(answer_format)
     by_orig: dict[str, list[Item]] = {}
     for v in variants:
         by_orig.setdefault(original_id(v), []).append(v)
@@ -186,12 +264,16 @@ def build_sft_records(variants: Sequence[Item], cots: dict[str, str], answer_onl
                 if on_missing_cot == "drop":
                     continue
                 fmt = "answer"
-            text = cot_completion(cot, v.answer) if fmt == "cot" else answer_completion(v.answer)
-            records.append({
+            af = example_format(answer_format, seed, v.id)
+            text = cot_completion(cot, v.answer, af) if fmt == "cot" else answer_completion(v.answer, af)
+            rec = {
                 "prompt": [{"role": "user", "content": v.question}],
                 "completion": [{"role": "assistant", "content": text}],
                 "item_id": v.id, "original_id": key, "format": fmt, "source": source,
-            })
+            }
+            if answer_format != "probe":  # the default's records stay byte-identical to earlier runs
+                rec["answer_format"] = af
+            records.append(rec)
     return records
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from zcp.training.rewards import correctness_reward, format_reward
+from zcp.training.rewards import reward_funcs as rewards_by_name
 from zcp.training.sft import lora_config, train_and_save, trainer_args
 
 log = logging.getLogger(__name__)
 
-REWARD_FUNCS = (correctness_reward, format_reward)
+# The default rewards (by name; `zcp.training.rewards.REWARDS` lists them all).
+REWARD_FUNCS = tuple(rewards_by_name(("correctness", "format")))
 
 
 def merge_adapter(model: Any, adapter_dir: str | os.PathLike[str]) -> Any:
@@ -34,11 +35,14 @@ def merge_adapter(model: Any, adapter_dir: str | os.PathLike[str]) -> Any:
 
 def run_grpo(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output_dir: str | os.PathLike[str],
              adapter_dir: str | os.PathLike[str], lora: Mapping[str, Any], settings: Mapping[str, Any], seed: int,
-             report_to: str = "none", cpu: bool = True, callbacks: list[Any] | None = None) -> Any:
-    """Train a fresh GRPO LoRA on `model` (already SFT-merged) with correctness + format rewards; save it.
+             report_to: str = "none", cpu: bool = True, callbacks: list[Any] | None = None,
+             reward_funcs: Sequence[Callable[..., list[float]]] | None = None) -> Any:
+    """Train a fresh GRPO LoRA on `model` (already SFT-merged) with `reward_funcs` (default: correctness +
+    the probe-line format reward; `zcp.training.rewards.reward_funcs` builds them by name); save it.
 
     `records` carry `prompt` (conversational) and `answer` (gold, read by the correctness reward).
-    `settings` are `GRPOConfig` fields (`max_steps` = GRPO steps, `reward_weights`, `num_generations`, ...).
+    `settings` are `GRPOConfig` fields (`max_steps` = GRPO steps, `reward_weights` in the order of
+    `reward_funcs`, `num_generations`, ...).
     Resumes from the newest checkpoint in `output_dir`. Returns the PEFT model.
     """
     from datasets import Dataset
@@ -48,6 +52,6 @@ def run_grpo(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, outpu
     args = trainer_args(GRPOConfig, settings, output_dir=output_dir, seed=seed, report_to=report_to, cpu=cpu)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    trainer = GRPOTrainer(model=model, reward_funcs=list(REWARD_FUNCS), args=args, train_dataset=ds,
+    trainer = GRPOTrainer(model=model, reward_funcs=list(reward_funcs or REWARD_FUNCS), args=args, train_dataset=ds,
                           processing_class=tokenizer, peft_config=lora_config(**lora), callbacks=callbacks)
     return train_and_save(trainer, output_dir, adapter_dir, "GRPO")
