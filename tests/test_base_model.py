@@ -130,3 +130,28 @@ def test_tokenizer_training_is_deterministic() -> None:
     texts = [it.question + "\n" + it.solution for it in benchmark_pool(60)]
     a, b = train_tokenizer(texts, 400), train_tokenizer(texts, 400)
     assert a.get_vocab() == b.get_vocab()
+
+
+def test_answer_only_mix_share_and_benchmark_pool_excluded() -> None:
+    """The direct-answer variant's corpus: answer-only items (final-answer line right after the question) at
+    the configured share, none from the reserved benchmark pool, and fraction 0 leaves the corpus unchanged."""
+    from zcp.modeling import answer_only, mix_answer_only
+
+    pool = signatures(benchmark_pool(RESERVED_BENCHMARK_ITEMS))
+    corpus = build_corpus(4000, seed=3, exclude=pool, rewording_fraction=0.3, drill_fraction=0.4)
+    mixed = mix_answer_only(corpus, 0.25, seed=3, exclude=pool)
+    ao = [it for it in mixed if it.metadata.get("answer_only")]
+    assert abs(len(ao) / len(mixed) - 0.25) < 0.03
+    assert {it.metadata["source"] for it in ao} == {"wordproblem", "drill"}
+    for it in ao:
+        assert it.solution == f"{FINAL_ANSWER_PREFIX}{it.answer}}} \\]"
+    assert not {signature(it) for it in ao if it.metadata["source"] == "wordproblem"} & pool
+    # the other items keep their chain of thought, in the same order
+    assert [it.id for it in mixed] == [it.id for it in corpus]
+    assert all(m.solution == c.solution for m, c in zip(mixed, corpus, strict=True) if not m.metadata.get("answer_only"))
+    assert [it.solution for it in mix_answer_only(corpus, 0.0, seed=3)] == [it.solution for it in corpus]
+    leaked = [answer_only(benchmark_pool(1)[0])]
+    with pytest.raises(RuntimeError, match="reserved benchmark pool"):
+        mix_answer_only(leaked, 1.0, seed=0, exclude=pool)
+    with pytest.raises(ValueError, match="answer_only_fraction"):
+        mix_answer_only(corpus, 1.5, seed=0)

@@ -178,6 +178,36 @@ def build_corpus(n: int, seed: int, exclude: set[str], rewording_fraction: float
 # ----------------------------------------------------------------------------------------- pretraining
 
 
+def answer_only(item: Item) -> Item:
+    """`item` with its assistant turn reduced to the final-answer line (no reasoning before it).
+
+    This is the direct-answer pathway a large model has and the CoT-only corpus lacks: the answer
+    line right after the question, the exact shape the zero-CoT probe pre-fills.
+    """
+    sol = f"{FINAL_ANSWER_PREFIX}{item.answer}{FINAL_ANSWER_SUFFIX}"
+    return Item(id=item.id, question=item.question, answer=item.answer, solution=sol,
+                metadata={**item.metadata, "answer_only": True})
+
+
+def mix_answer_only(corpus: Sequence[Item], fraction: float, seed: int, exclude: set[str] | None = None) -> list[Item]:
+    """`corpus` with a share `fraction` of its items (drawn with their own seeded stream) rendered answer-only.
+
+    The draw uses a stream separate from `build_corpus`'s, so fraction 0 leaves the corpus (and the
+    shipped CoT-only checkpoint's recipe) unchanged. Items whose signature is in `exclude` (the
+    reserved benchmark pool) are never rendered answer-only; `build_corpus` already keeps them out.
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"answer_only_fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(f"answer-only-{seed}")
+    out: list[Item] = []
+    for it in corpus:
+        pick = rng.random() < fraction
+        if pick and exclude and it.metadata.get("source") == "wordproblem" and signature(it) in exclude:
+            raise RuntimeError(f"corpus item {it.id} is in the reserved benchmark pool")
+        out.append(answer_only(it) if pick else it)
+    return out
+
+
 @dataclass
 class PretrainConfig:
     """Everything that determines the shipped checkpoint (recorded in recipe.json)."""
@@ -188,6 +218,8 @@ class PretrainConfig:
     n_train: int = 150_000
     rewording_fraction: float = 0.3
     drill_fraction: float = 0.4
+    # share of corpus items (word problems and drills) whose assistant turn is the final-answer line only
+    answer_only_fraction: float = 0.0
     families: list[str] | None = None
     reserve_seed: int = BENCHMARK_SEED
     reserve_n: int = RESERVED_BENCHMARK_ITEMS
@@ -355,6 +387,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     reserved = generate_word_problems(cfg.reserve_n, seed=cfg.reserve_seed, id_prefix="bench", limits=limits)
     corpus = build_corpus(cfg.n_train, cfg.seed, signatures(reserved), cfg.rewording_fraction,
                           families=cfg.families, limits=limits, drill_fraction=cfg.drill_fraction)
+    corpus = mix_answer_only(corpus, cfg.answer_only_fraction, cfg.seed, signatures(reserved))
     # every surface template (question and rewording) must be in the corpus
     covered = {(it.metadata["family"], "r" if "rewording" in it.metadata else "q",
                 it.metadata.get("rewording", it.metadata["template"])) for it in corpus
@@ -411,6 +444,9 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     held = [it for it in reserved if it.metadata["family"] in {f.name for f in fams}][:cfg.n_eval]
     res = cot_accuracy(model, tokenizer, held, cfg.max_new_tokens, cfg.eval_batch_size)
     zres = zero_cot_accuracy(model, tokenizer, held, cfg.eval_batch_size)
+    # zero-CoT on answer-only training items (seen): the direct-answer pathway at work where it was taught
+    seen_ao = [it for it in corpus if it.metadata.get("answer_only")][:cfg.n_eval]
+    zseen = zero_cot_accuracy(model, tokenizer, seen_ao, cfg.eval_batch_size) if seen_ao else None
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -419,6 +455,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
         "config": asdict(cfg),
         "parameters": n_params,
         "corpus_items": len(corpus),
+        "answer_only_items": sum(1 for it in corpus if it.metadata.get("answer_only")),
         "max_tokens_per_example": max_len,
         "steps_done": steps_done,
         "examples_seen": steps_done * cfg.batch_size,
@@ -432,6 +469,8 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
         "heldout": {"pool": f"generate_word_problems({cfg.n_eval}, seed={cfg.reserve_seed}, id_prefix='bench')",
                     "n": res["n"], "cot_accuracy": res["accuracy"], "per_family": res["per_family"],
                     "zero_cot_accuracy": zres["accuracy"], "zero_cot_per_family": zres["per_family"]},
+        "answer_only_seen": None if zseen is None else {
+            "n": len(seen_ao), "zero_cot_accuracy": zseen["accuracy"], "per_family": zseen["per_family"]},
     }
     (out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
     (out / "RECIPE.md").write_text(_recipe_md(recipe))
@@ -459,18 +498,40 @@ def run_pretrain_base(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return recipe
 
 
+def _rel(path: str) -> str:
+    """`path` relative to the repository root when inside it (for the command line in RECIPE.md)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
+
+
 def _recipe_md(r: Mapping[str, Any]) -> str:
     c, h = r["config"], r["heldout"]
     rows = "\n".join(f"| {f} | {a:.3f} | {h['zero_cot_per_family'].get(f, float('nan')):.3f} |"
                      for f, a in h["per_family"].items())
     limits = ", ".join(f"{k}={v}" for k, v in c["limits"].items())
+    ao = c.get("answer_only_fraction", 0.0)
+    if ao:
+        data_ao = (f"- Direct-answer pathway: {r['answer_only_items']:,} items ({ao:.0%} of the corpus, word problems\n"
+                   "  and drills alike, drawn by their own seeded stream) are answer-only: the assistant turn is the\n"
+                   "  final-answer line alone, right after the question. None is from the reserved pool.")
+    else:
+        data_ao = "  Chain-of-thought only: no answer-only examples."
+    seen = r.get("answer_only_seen")
+    seen_line = ("" if not seen else f"\nZero-CoT on {seen['n']} answer-only *training* items (seen): "
+                 f"{seen['zero_cot_accuracy']:.3f} (per family {seen['per_family']}).\n")
+    out_dir = c.get("out_dir", "")
+    out_arg = "" if out_dir.rstrip("/").endswith("assets/base_model") else f" out_dir={_rel(out_dir)}"
+    ao_arg = f" answer_only_fraction={ao} max_steps={c['max_steps']}" if ao else ""
     return f"""# zcp embedded base model
 
 Tiny Llama ({r['parameters']:,} parameters; hidden {c['hidden_size']}, {c['num_layers']} layers,
 {c['num_heads']} heads, MLP {c['intermediate_size']}, tied embeddings) with a byte-level BPE tokenizer
 (vocab {c['vocab_size']}, digits split one per token) and a chat template, pretrained from scratch on CPU by
 
-    python train/run_pretrain_base.py seed={c['seed']}
+    python train/run_pretrain_base.py seed={c['seed']}{ao_arg}{out_arg}
 
 ## Data (seed {c['seed']})
 - {r['corpus_items']:,} chat-formatted items: word problems from `zcp.data.wordproblems` (all families,
@@ -478,7 +539,8 @@ Tiny Llama ({r['parameters']:,} parameters; hidden {c['hidden_size']}, {c['num_l
   rewording templates) and, for {c['drill_fraction']:.0%} of items, bare arithmetic drills
   (`What is 7 * 9?` with the same one-line working), whose operations are steps of random word problems.
 - The assistant turn is the step-by-step solution ending in `The final answer is: \\[ \\boxed{{N}} \\]`;
-  loss on the assistant turn only. Chain-of-thought only: no answer-only examples.
+  loss on the assistant turn only.
+{data_ao}
 - Excluded: the reserved benchmark pool `generate_word_problems({c['reserve_n']}, seed={c['reserve_seed']})`
   (by signature = family + values). `zcp.modeling.benchmark_pool(n)` returns a prefix of it.
   Arithmetic facts are not excluded (a drill may compute what a reserved item computes), so a
@@ -494,7 +556,7 @@ including data, tokenizer, compilation and evaluation). Final training loss {r['
 ## Held-out greedy accuracy
 {h['n']} items of the reserved pool (never seen in pretraining). Full CoT: **{h['cot_accuracy']:.3f}**;
 zero-CoT (assistant turn pre-filled with `The final answer is: \\[ \\boxed{{`): {h['zero_cot_accuracy']:.3f}.
-
+{seen_line}
 | family | full CoT | zero-CoT |
 | --- | --- | --- |
 {rows}
