@@ -978,7 +978,7 @@ def score_benchmark(cfg: Any, s: BaseModelSettings, datasets: Sequence[Any], ski
     from zcp.detect import DetectSettings, collect_records, probe_config
     from zcp.io import model_fingerprint
 
-    probe = probe_config(cfg.probe)
+    probe = probe_config(cfg.probe, cfg.model)
     probe.metrics = list(s.metrics)
     key = stable_hash(json.dumps({"model": to_dict(cfg.model), "weights": model_fingerprint(cfg.model.get("path")),
                                   "data": to_dict(cfg.data), "probe": repr(probe.__dict__)},

@@ -121,18 +121,7 @@ def check_model_path(path: Any, key: str = "model.path") -> None:
 
 
 def build_backend(model_cfg: Any, progress: bool = False) -> Any:
-    """An HFBackend from a `model` config group (local path or hub id, optional LoRA adapter)."""
-    from zcp.backends.hf import HFBackend
+    """The backend a `model` config names (`model.backend`: hf | vllm | openai); see zcp.backends.registry."""
+    from zcp.backends.registry import build_backend as build
 
-    m = to_dict(model_cfg)
-    check_model_path(m.get("path"), "model.path")
-    if m.get("adapter"):
-        check_model_path(m["adapter"], "model.adapter")
-    backend = HFBackend.from_pretrained(
-        m["path"], adapter=m.get("adapter"), dtype=m.get("dtype", "auto"), device=m.get("device"),
-        trust_remote_code=bool(m.get("trust_remote_code", False)),
-        max_batch_tokens=int(m.get("max_batch_tokens", 16384)), max_batch_size=int(m.get("batch_size", 64)),
-        gen_batch_size=int(m.get("gen_batch_size", 32)), progress=progress,
-    )
-    backend.name = model_name(model_cfg)
-    return backend
+    return build(model_cfg, progress=progress)

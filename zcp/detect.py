@@ -491,20 +491,47 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     return out, issues
 
 
-def probe_config(probe_cfg: Any) -> ProbeConfig:
-    """ProbeConfig from the `probe` config group."""
+def probe_config(probe_cfg: Any, model_cfg: Any = None) -> ProbeConfig:
+    """ProbeConfig from the `probe` config group, with the model's own settings (`model.probe.*`) over it.
+
+    Models differ in what the probe needs (a long reasoner's full-CoT token budget, a model card's CoT
+    instruction); conf/model/*.yaml set those under `probe:` and null keeps the probe group's value.
+    """
     from zcp.config import to_dict
 
     p = to_dict(probe_cfg)
+    if model_cfg is not None and (model_cfg.get("probe") if hasattr(model_cfg, "get") else None):
+        from zcp.backends.config import ModelProbeSettings, _build
+
+        p.update(_build(ModelProbeSettings, to_dict(model_cfg.get("probe")), "model.probe").overrides())
     known = set(ProbeConfig.__dataclass_fields__)
     return ProbeConfig(**{k: v for k, v in p.items() if k in known})
+
+
+def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
+    """Refuse, before anything is probed, metrics the backend cannot give (ConfigError, one line).
+
+    p_first/p_all need the answer's token log-probabilities after a pre-filled assistant turn; a chat
+    API (no pre-fill) or a server that returns no prompt log-probs gives only acc/con.
+    """
+    from zcp.schemas import ConfigError
+
+    wanted = [m for m in ("p_first", "p_all") if m in probe.metrics]
+    if not wanted:
+        return
+    if probe.mode == "api" or not getattr(backend, "supports_prefill", True) or \
+            not getattr(backend, "supports_logprobs", True):
+        why = getattr(backend, "logprobs_unavailable", None) or (
+            "probe.mode=api asks for the instruction variant (no pre-fill)" if probe.mode == "api" else
+            f"backend {getattr(backend, 'name', '?')} cannot pre-fill the answer and return its token log-probs")
+        raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only acc/con are "
+                          "available here: set probe.metrics=[acc,con]")
 
 
 def run_detect(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
     from zcp.config import (
         build_backend,
-        check_model_path,
         model_name,
         run_dir,
         save_config,
@@ -517,7 +544,10 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
     seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
     seed_everything(int(cfg.seed))
-    check_model_path(cfg.model.get("path"), "model.path")  # before anything is read or loaded
+    from zcp.backends.config import model_config
+    from zcp.backends.registry import check_paths
+
+    check_paths(model_config(cfg.model))  # before anything is read or loaded
     weights = {"model": model_fingerprint(cfg.model.get("path")), "adapter": model_fingerprint(cfg.model.get("adapter"))}
     out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
@@ -525,9 +555,10 @@ def run_detect(cfg: Any) -> dict[str, Any]:
                               reference_draws=str(cfg.stats.reference_draws),
                               chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
                               on_overflow=str(cfg.data.get("on_overflow") or "error"))
-    probe = probe_config(cfg.probe)
+    probe = probe_config(cfg.probe, cfg.model)
     datasets, skipped = load_datasets(cfg.data)
     backend = build_backend(cfg.model)
+    check_backend_metrics(backend, probe)
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
         summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
                          extra={"skipped_rows": [x for x in skipped if "warning" not in x],

@@ -144,8 +144,7 @@ def _did_markdown(rows: list[dict]) -> str:
 
 def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot."""
-    from zcp.backends.hf import HFBackend
-    from zcp.config import to_dict, validate
+    from zcp.config import build_backend, to_dict, validate
     from zcp.data.split import Manifest
     from zcp.tracking import Tracker
     from zcp.training.contaminate import load_benchmark, resolve_model_path
@@ -158,7 +157,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     # the stability display uses each seed's own share of the draws (m per seed are generated)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=st.bootstrap_samples, alpha=st.alpha, test=st.test,
                               reference_draws="per_seed", chunk_size=rn.chunk_size, progress=rn.progress)
-    probe = probe_config(c.get("probe") or {})
+    probe = probe_config(c.get("probe") or {}, c.get("model"))
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
     ref_seed = det.reference_seed if det.reference_seed is not None else int(c.get("seed", 0))
@@ -178,12 +177,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     runs, summaries = {}, {}
     mcfg = c.get("model") or {}
     for name, path in models.items():
-        backend = HFBackend.from_pretrained(path, dtype=mcfg.get("dtype", "auto"),
-                                           trust_remote_code=bool(mcfg.get("trust_remote_code", False)),
-                                           max_batch_tokens=int(mcfg.get("max_batch_tokens", 16384)),
-                                           max_batch_size=int(mcfg.get("batch_size", 64)),
-                                           gen_batch_size=int(mcfg.get("gen_batch_size", 32)))
-        backend.name = f"{name}:{Path(path).name}"
+        # the run's model config (engine, chat_template_kwargs, batch sizes) with this model's weights
+        backend = build_backend({**mcfg, "path": path, "adapter": None, "name": f"{name}:{Path(path).name}"})
         # A detection run is keyed by what decides its records (model content, items, references, probe
         # settings): new references (a newer reference builder) or probe settings get a new directory
         # instead of a refusal. The base model's detection depends on nothing else, so it is shared between

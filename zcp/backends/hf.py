@@ -1,11 +1,8 @@
 """transformers backend: batched teacher-forced scoring and generation for any causal LM.
 
 Scoring conditions on exactly the token ids generation conditions on: the rendered prompt tokenised
-ALONE (`encode_prompts`, shared by `generate` and `score`), followed by the continuation's tokens as
-the model would emit them after it (`encode_for_scoring`, see its docstring for the rule). Tokenising
-prompt + continuation jointly would let a pre-tokenizer merge the prompt's last character with the
-answer's first (Qwen2-style `{-`, `{\\`, `{(`): p_first would then score a token the model can never
-emit after the pre-filled `\\boxed{`.
+ALONE, followed by the continuation's tokens as the model would emit them after it (rendering and that
+tokenisation boundary live in `zcp.backends.tokenized.TokenizedBackend`, shared with the vLLM engine).
 
 Scoring right-pads each row to a length bucket of its own (`padded_length`) and batches rows of one
 bucket under a token budget, so a request's log-probs do not depend on the other requests (bit-exact
@@ -17,19 +14,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest, ScoreResult
+from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
+from zcp.backends.tokenized import ScoringEncoding, TokenizedBackend, cut_at_eos, postprocess
 from zcp.io import model_fingerprint
 
 log = logging.getLogger(__name__)
 
-# Texts put before a continuation whose standalone tokenisation does not decode back to it (a tokenizer
-# that prepends a dummy space, SentencePiece `▁`): the anchor's own tokens are dropped afterwards.
-_ANCHORS = ("\n", "\n\n", "0", "a", " ", "§")
 _MIN_HEAD_ROWS = 16  # see `score`
 
 
@@ -46,39 +40,6 @@ def padded_length(n: int, limit: int | None = None) -> int:
     return max(n, min(padded, limit)) if limit else padded
 
 
-@dataclass(frozen=True)
-class ScoringEncoding:
-    """The token ids one score request is scored on.
-
-    `prompt_ids` are exactly the ids `HFBackend.generate` feeds the model for the same prompt;
-    `continuation_ids` are the continuation's tokens after them, scored by teacher forcing (the first
-    one is p_first's token). `method` says how the continuation was tokenised: "joint" (the joint
-    tokenisation of prompt + continuation starts with `prompt_ids`; its remainder), "standalone" (the
-    continuation tokenised on its own), "anchored" (tokenised after an anchor text whose tokens were
-    dropped) or "unverified" (no candidate decoded back to the continuation, e.g. a normalising
-    tokenizer; the joint remainder, else the standalone tokens, are used and a warning is logged).
-    """
-
-    prompt_ids: tuple[int, ...]
-    continuation_ids: tuple[int, ...]
-    method: str = "joint"
-
-    @property
-    def ids(self) -> list[int]:
-        """Prompt then continuation: the row that is fed to the model."""
-        return [*self.prompt_ids, *self.continuation_ids]
-
-    @property
-    def start(self) -> int:
-        """Index of the first continuation token in `ids`."""
-        return len(self.prompt_ids)
-
-    @property
-    def end(self) -> int:
-        """One past the last continuation token in `ids` (== len(ids))."""
-        return len(self.prompt_ids) + len(self.continuation_ids)
-
-
 def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -90,12 +51,12 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> tor
             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[str(dtype)]
 
 
-class HFBackend:
+class HFBackend(TokenizedBackend):
     """A transformers causal LM behind the `Backend` interface.
 
     `max_batch_tokens` bounds padded tokens per forward pass (batch size × longest sequence);
-    `max_batch_size` bounds rows. `plain_template` renders prompts for models without a chat
-    template (base models): by default the question, a newline, then the assistant prefix.
+    `max_batch_size` bounds rows. Rendering options (`chat_template_kwargs`, `chat`, `plain_template`,
+    `max_length`) are those of `TokenizedBackend`.
     """
 
     supports_prefill = True
@@ -103,28 +64,23 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_tokens: int = 16384,
                  max_batch_size: int = 64, gen_batch_size: int = 32, plain_template: str = "{user}\n{prefix}",
-                 progress: bool = False) -> None:
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("HFBackend needs a fast (tokenizers-backed) tokenizer")
+                 chat_template_kwargs: dict[str, Any] | None = None, chat: bool = True,
+                 max_length: int | None = None, progress: bool = False) -> None:
+        self._init_tokenizer(tokenizer, chat_template_kwargs=chat_template_kwargs, chat=chat,
+                             plain_template=plain_template, max_length=max_length)
         self.model = model.eval()
-        self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.fingerprint = ""
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.gen_batch_size = gen_batch_size
-        self.plain_template = plain_template
         self.progress = progress
         self.device = next(model.parameters()).device
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad_id = int(pad)
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            eos_ids.add(tokenizer.eos_token_id)
-        self.eos_ids = sorted(int(e) for e in eos_ids)
-        self._token_text: dict[int, str] = {}
+        self.eos_ids = self.eos_token_ids(getattr(model.generation_config, "eos_token_id", None))
         self._logits_to_keep = True
 
     @classmethod
@@ -147,129 +103,10 @@ class HFBackend:
         backend.fingerprint = f"{model_fingerprint(path) or path}+{model_fingerprint(adapter) or adapter}"
         return backend
 
-    # ------------------------------------------------------------------ prompts
-    def render(self, prompt: Prompt) -> str:
-        """The exact text the model conditions on (chat template + pre-filled assistant prefix)."""
-        if not prompt.chat:
-            return prompt.user + prompt.assistant_prefix
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
-                {"role": "user", "content": prompt.user}
-            ]
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return text + prompt.assistant_prefix
-        user = f"{prompt.system}\n\n{prompt.user}" if prompt.system else prompt.user
-        return self.plain_template.format(user=user, prefix=prompt.assistant_prefix)
-
-    def _special_tokens_for(self, prompt: Prompt) -> bool:
-        # A rendered chat template already carries BOS etc. as text; raw/plain prompts get the
-        # tokenizer's own special tokens (e.g. BOS for Llama-style base models).
-        return not (prompt.chat and getattr(self.tokenizer, "chat_template", None))
-
-    # ------------------------------------------------------------------ tokenisation
-    @property
-    def context_length(self) -> int | None:
+    def model_positions(self) -> int | None:
         """Positions the model has (max_position_embeddings), or None when the config does not say."""
         n = getattr(self.model.config, "max_position_embeddings", None)
         return int(n) if n else None
-
-    def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
-        """Token counts of rendered prompts (as generation sees them) and of bare texts (e.g. answers)."""
-        plen = [len(ids) for ids in self.encode_prompts(prompts)] if prompts else []
-        tlen = [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
-        return plen, tlen
-
-    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on."""
-        texts = [self.render(p) for p in prompts]
-        return self._tokenize(texts, [self._special_tokens_for(p) for p in prompts])
-
-    def _tokenize(self, texts: Sequence[str], add_special: Sequence[bool]) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in texts]
-        for flag in sorted(set(add_special)):
-            idxs = [i for i, f in enumerate(add_special) if f == flag]
-            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=flag)["input_ids"]
-            for i, ids in zip(idxs, enc, strict=True):
-                out[i] = list(ids)
-        return out
-
-    def _decode(self, seqs: Sequence[Sequence[int]]) -> list[str]:
-        # Verbatim: special tokens kept, no clean-up of spaces before punctuation.
-        return self.tokenizer.batch_decode([list(s) for s in seqs], skip_special_tokens=False,
-                                           clean_up_tokenization_spaces=False)
-
-    def encode_for_scoring(self, requests: Sequence[ScoreRequest]) -> list[ScoringEncoding]:
-        """The ids each request is scored on: the prompt's generation ids, then the continuation's tokens.
-
-        The prompt is `encode_prompts` (rendered, tokenised alone, with generation's special-token rule).
-        The continuation's tokens are the first candidate that decodes back to exactly the continuation
-        after the prompt (`decode(prompt + cont) == decode(prompt) + continuation`, i.e. the text the model
-        would have produced had it emitted those tokens):
-
-        1. "joint": if the joint tokenisation of prompt + continuation starts with exactly the prompt's
-           ids, its remainder (the common case: the continuation is tokenised as in running text, so
-           " 42" after "EXPR =" keeps a byte-level tokenizer's merged space);
-        2. "standalone": otherwise (a merge across the boundary, e.g. `{` + `-3` -> `{-`, `3`, or "is" +
-           "land" -> "island"), the continuation tokenised on its own, without special tokens;
-        3. "anchored": when that does not decode back (a tokenizer that prepends a dummy space, `▁-3`),
-           the continuation tokenised after an anchor text (a newline, ...) whose own ids are dropped.
-
-        If none verifies (a normalising tokenizer: NFKC, lower-casing) the joint remainder, else the
-        standalone ids, are used and a warning is logged. Any other engine (vLLM prompt_token_ids, ...)
-        should score these same ids.
-        """
-        for i, r in enumerate(requests):
-            if not r.continuation:
-                raise ValueError(f"score request {i}: empty continuation")
-        flags = [self._special_tokens_for(r.prompt) for r in requests]
-        texts = [self.render(r.prompt) for r in requests]
-        prompt_ids = self._tokenize(texts, flags)
-        joint = self._tokenize([t + r.continuation for t, r in zip(texts, requests, strict=True)], flags)
-        for i, p in enumerate(prompt_ids):
-            if not p:
-                raise ValueError(f"score request {i}: nothing precedes the continuation (empty prompt, no BOS)")
-        prompt_text = self._decode(prompt_ids)
-        cands: list[list[int] | None] = [
-            j[len(p):] if len(j) > len(p) and j[: len(p)] == p else None for p, j in zip(prompt_ids, joint, strict=True)
-        ]
-        out: list[ScoringEncoding | None] = [None] * len(requests)
-        self._accept(out, "joint", cands, prompt_ids, prompt_text, requests)
-        todo = [i for i, e in enumerate(out) if e is None]
-        if todo:
-            alone = self._tokenize([requests[i].continuation for i in todo], [False] * len(todo))
-            standalone: dict[int, list[int]] = dict(zip(todo, alone, strict=True))
-            self._accept(out, "standalone", [standalone.get(i) for i in range(len(requests))], prompt_ids,
-                         prompt_text, requests)
-            for anchor in _ANCHORS:
-                todo = [i for i, e in enumerate(out) if e is None]
-                if not todo:
-                    break
-                a = self._tokenize([anchor], [False])[0]
-                ac = self._tokenize([anchor + requests[i].continuation for i in todo], [False] * len(todo))
-                anchored: dict[int, list[int]] = {
-                    i: x[len(a):] for i, x in zip(todo, ac, strict=True) if len(x) > len(a) and x[: len(a)] == a
-                }
-                self._accept(out, "anchored", [anchored.get(i) for i in range(len(requests))], prompt_ids,
-                             prompt_text, requests)
-            for i in [i for i, e in enumerate(out) if e is None]:
-                ids = cands[i] or standalone[i]
-                if not ids:
-                    raise ValueError(f"score request {i}: continuation produced no tokens")
-                log.warning("score request %d: no tokenisation of the continuation %r decodes back to it; "
-                            "scoring %s", i, requests[i].continuation, self.tokenizer.convert_ids_to_tokens(ids))
-                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(ids), "unverified")
-        return out  # type: ignore[return-value]
-
-    def _accept(self, out: list[ScoringEncoding | None], method: str, cands: Sequence[list[int] | None],
-                prompt_ids: Sequence[list[int]], prompt_text: Sequence[str], requests: Sequence[ScoreRequest]) -> None:
-        """Fill the open slots of `out` whose candidate ids decode back to the continuation after the prompt."""
-        idxs = [i for i, e in enumerate(out) if e is None and cands[i]]
-        if not idxs:
-            return
-        texts = self._decode([prompt_ids[i] + cands[i] for i in idxs])  # type: ignore[operator]
-        for i, text in zip(idxs, texts, strict=True):
-            if text == prompt_text[i] + requests[i].continuation:
-                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(cands[i]), method)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ scoring
     def batches(self, lengths: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -375,12 +212,6 @@ class HFBackend:
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ generation
-    def _text_of(self, tid: int) -> str:
-        t = self._token_text.get(tid)
-        if t is None:
-            t = self._token_text[tid] = self.tokenizer.decode([tid])
-        return t
-
     @torch.inference_mode()
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
         """Generated continuations (greedy unless temperature > 0), batched by settings and length."""
@@ -410,30 +241,21 @@ class HFBackend:
                 gen = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
                 new = gen[:, ids.shape[1]:].tolist()
                 for row, j in enumerate(batch):
-                    toks = _cut_at_eos(new[row], self.eos_ids)
-                    while toks and toks[-1] == self.pad_id:  # rows stopped early are padded
-                        toks.pop()
-                    outputs[idxs[j]] = _postprocess(self.tokenizer.decode(toks, skip_special_tokens=True), box, stop)
+                    outputs[idxs[j]] = self.finish_generation(new[row], self.eos_ids, self.pad_id, box, stop)
         return outputs
 
 
-def _cut_at_eos(toks: list[int], eos_ids: list[int]) -> list[int]:
-    for k, t in enumerate(toks):
-        if t in eos_ids:
-            return toks[:k]
-    return toks
+def from_config(cfg: Any, progress: bool = False) -> HFBackend:
+    """The registry's builder (`model.backend=hf`): a `zcp.backends.config.ModelConfig` loaded with transformers."""
+    return HFBackend.from_pretrained(
+        cfg.path, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
+        max_batch_tokens=cfg.max_batch_tokens, max_batch_size=cfg.batch_size, gen_batch_size=cfg.gen_batch_size,
+        chat_template_kwargs=cfg.chat_template_kwargs, chat=cfg.chat, max_length=cfg.max_length, progress=progress)
 
 
-def _postprocess(text: str, box: bool, stop: tuple[str, ...]) -> str:
-    """Cut generated text at the brace closing the pre-filled box (kept) or the first stop string."""
-    if box:
-        from zcp.answers import close_brace_index
-
-        end = close_brace_index(text)
-        if end is not None:
-            return text[: end + 1]
-    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
-    return text[:cut] if cut >= 0 else text
+_cut_at_eos = cut_at_eos  # names kept for callers of the earlier module layout
+_postprocess = postprocess
+__all__ = ["HFBackend", "ScoringEncoding", "padded_length"]
 
 
 def _stopping(backend: HFBackend, prompt_len: int, box: bool, stop: tuple[str, ...]) -> Any:

@@ -599,14 +599,10 @@ def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dic
                                "data_sha256": sha256_file(data_file), "seed": c["seed"]}
     model = c.get("model") or {}
     if backend is None and model.get("path"):
-        from zcp.backends.hf import HFBackend  # lazy: torch/transformers only when a model is evaluated
+        from zcp.config import build_backend  # lazy: torch/transformers only when a model is evaluated
 
         seed_everything(int(c["seed"]))  # generation has its own seeded streams; this covers the model
-        backend = HFBackend.from_pretrained(
-            model["path"], adapter=model.get("adapter"), dtype=model.get("dtype") or "auto",
-            device=model.get("device"), trust_remote_code=bool(model.get("trust_remote_code", False)),
-            max_batch_tokens=int(model.get("max_batch_tokens") or 16384),
-            max_batch_size=int(model.get("batch_size") or 64))
+        backend = build_backend(model)
     with Tracker(c.get("logger"), run_config=c, run_dir=str(out), job_type="arithmark") as tracker:
         if backend is None:
             tracker.summary(summary)

@@ -1,0 +1,161 @@
+"""Typed schema of the `model` config group (conf/model/*.yaml), registered in Hydra's ConfigStore.
+
+One dataclass for every engine: the keys shared by all (`backend`, `path`, `name`, `chat_template_kwargs`,
+`max_length`, per-model probe settings) and one sub-group per engine (`vllm`, `api`). An unknown or
+misspelt key (`model.chat_template_kwarg=...`, `model.vllm.tensor_parallel=2`) fails when Hydra composes
+the config; ranges and choices fail in `__post_init__`, run by `zcp.schemas.validate` before any model
+loads. Model configs outside the group (ArithMark's `model:`, reference generators and judges,
+`paraphrase.model`) are checked the same way by `zcp.backends.build_backend`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def check_value(ok: bool, key: str, value: Any, want: str) -> None:
+    """zcp.schemas.check_value (imported late: zcp.schemas registers this module's ModelConfig)."""
+    from zcp.schemas import check_value as check
+
+    check(ok, key, value, want)
+
+BACKEND_NAMES = ("hf", "vllm", "openai")
+API_ENDPOINTS = ("chat", "completions")
+API_LOGPROBS = ("auto", "echo", "none")
+
+
+@dataclass
+class VLLMSettings:
+    """vLLM engine settings (`model.backend=vllm`); anything else vllm.LLM accepts goes in `engine_kwargs`."""
+
+    tensor_parallel_size: int = 1  # GPUs one model is sharded over
+    data_parallel_size: int = 1  # model replicas (vLLM's data parallelism)
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None  # null: model.max_length, else the model's positions
+    enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
+    enable_prefix_caching: bool = True  # probe prompts share the chat template's head
+    max_num_seqs: int | None = None  # null: vLLM's default
+    max_lora_rank: int = 64  # LoRA adapters (model.adapter) are served through vLLM's LoRA support
+    seed: int = 0
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_value(self.tensor_parallel_size >= 1, "model.vllm.tensor_parallel_size", self.tensor_parallel_size, ">= 1")
+        check_value(self.data_parallel_size >= 1, "model.vllm.data_parallel_size", self.data_parallel_size, ">= 1")
+        check_value(0.0 < self.gpu_memory_utilization <= 1.0, "model.vllm.gpu_memory_utilization",
+                    self.gpu_memory_utilization, "in (0, 1]")
+        check_value(self.max_model_len is None or self.max_model_len >= 1, "model.vllm.max_model_len",
+                    self.max_model_len, "null or >= 1")
+        check_value(self.max_lora_rank >= 1, "model.vllm.max_lora_rank", self.max_lora_rank, ">= 1")
+
+
+@dataclass
+class APISettings:
+    """An OpenAI-compatible endpoint (`model.backend=openai`). The key is read from the environment only."""
+
+    base_url: str | None = None  # null: $OPENAI_BASE_URL, else the official API
+    api_key_env: str = "OPENAI_API_KEY"  # NAME of the environment variable holding the key (never the key)
+    endpoint: str = "chat"  # chat (/v1/chat/completions) | completions (/v1/completions, needs `tokenizer`)
+    model: str | None = None  # the served model's name; null: model.path
+    tokenizer: str | None = None  # local tokenizer folder of the served model: pre-fill, token ids, p metrics
+    logprobs: str = "auto"  # auto | echo (prompt log-probs via echo+logprobs, e.g. vLLM's server) | none
+    concurrency: int = 8  # requests in flight at once
+    max_retries: int = 6  # retries on 429 / 5xx / connection errors, exponential backoff (the openai client's)
+    timeout: float = 120.0  # seconds per request
+    cache_dir: str | None = "outputs/api_cache"  # responses by request hash: a killed run never pays twice
+    seed: int | None = 0  # sent with every request (servers that honour it are reproducible at temperature 0)
+
+    def __post_init__(self) -> None:
+        check_value(self.endpoint in API_ENDPOINTS, "model.api.endpoint", self.endpoint, f"one of {list(API_ENDPOINTS)}")
+        check_value(self.logprobs in API_LOGPROBS, "model.api.logprobs", self.logprobs, f"one of {list(API_LOGPROBS)}")
+        check_value(self.concurrency >= 1, "model.api.concurrency", self.concurrency, ">= 1")
+        check_value(self.max_retries >= 0, "model.api.max_retries", self.max_retries, ">= 0")
+        check_value(self.timeout > 0, "model.api.timeout", self.timeout, "> 0")
+        check_value(bool(self.api_key_env) and not str(self.api_key_env).startswith(("sk-", "Bearer")),
+                    "model.api.api_key_env", "<hidden>",
+                    "the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key itself")
+        check_value(self.endpoint != "completions" or bool(self.tokenizer), "model.api.tokenizer", self.tokenizer,
+                    "a local tokenizer folder when model.api.endpoint=completions (prompts are sent as token ids)")
+
+
+@dataclass
+class ModelProbeSettings:
+    """Probe settings that differ between models; null keeps the `probe` group's value."""
+
+    full_cot_max_tokens: int | None = None  # long reasoners need thousands of tokens to reach \\boxed{}
+    zero_cot_max_tokens: int | None = None
+    full_cot_suffix: str | None = None  # e.g. Qwen-Math's "Please reason step by step, ..." instruction
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("full_cot_max_tokens", "zero_cot_max_tokens"):
+            val = getattr(self, key)
+            check_value(val is None or val >= 1, f"model.probe.{key}", val, "null or >= 1")
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys this model sets (not null), to apply over the `probe` group."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class ModelConfig:
+    """A model and the engine that runs it (conf/model/*.yaml extend this through conf/model/tiny.yaml)."""
+
+    backend: str = "hf"  # hf (transformers) | vllm | openai (an OpenAI-compatible server)
+    name: str | None = None  # null: the folder name of `path`
+    path: Any = None  # local folder or hub id; for backend=openai the served model's name (or api.model)
+    adapter: str | None = None  # a PEFT LoRA folder (hf: merged at load; vllm: served as a LoRA request)
+    dtype: str = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    device: str | None = None  # hf only; null: cuda if available, else cpu
+    trust_remote_code: bool = False
+    chat: bool = True  # false: never render the tokenizer's chat template (base models)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
+    max_length: int | None = None  # positions a probe may use (null: the model's); vLLM's max_model_len default
+    max_batch_tokens: int = 16384  # hf: padded tokens per forward pass
+    batch_size: int = 64  # hf: rows per scoring batch
+    gen_batch_size: int = 32  # hf: rows per generation batch
+    probe: ModelProbeSettings = field(default_factory=ModelProbeSettings)
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)
+    api: APISettings = field(default_factory=APISettings)
+
+    def __post_init__(self) -> None:
+        for key, cls in (("probe", ModelProbeSettings), ("vllm", VLLMSettings), ("api", APISettings)):
+            val = getattr(self, key)
+            if val is None:
+                setattr(self, key, cls())
+            elif isinstance(val, dict):
+                setattr(self, key, _build(cls, val, f"model.{key}"))
+        from zcp.backends.registry import backend_names  # engines registered at run time count too
+
+        check_value(self.backend in backend_names(), "model.backend", self.backend, f"one of {backend_names()}")
+        check_value(self.dtype in ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"), "model.dtype",
+                    self.dtype, "auto, float32, bfloat16 or float16")
+        check_value(self.max_length is None or self.max_length >= 1, "model.max_length", self.max_length, "null or >= 1")
+        for key in ("max_batch_tokens", "batch_size", "gen_batch_size"):
+            check_value(getattr(self, key) >= 1, f"model.{key}", getattr(self, key), ">= 1")
+        check_value(isinstance(self.chat_template_kwargs, dict), "model.chat_template_kwargs",
+                    self.chat_template_kwargs, "a mapping (e.g. {enable_thinking: false})")
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    from zcp.schemas import ConfigError
+
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def model_config(model_cfg: Any, where: str = "model") -> ModelConfig:
+    """A checked `ModelConfig` from a `model` config (DictConfig or dict); ConfigError names a bad key."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(model_cfg, ModelConfig):
+        return model_cfg
+    d = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg or {})
+    return _build(ModelConfig, d, where)  # type: ignore[arg-type]

@@ -1,0 +1,103 @@
+"""One factory for every job: `build_backend(model_cfg)` picks the engine named by `model.backend`.
+
+Engines register a builder `(ModelConfig, progress) -> Backend` under a name. The built-in ones are
+registered by module path and imported only when chosen, so `hf` never imports vLLM or openai and a
+machine without vLLM runs everything else. Detection, contamination, the simulation, ArithMark,
+calibration and the reference / paraphrase LLM pipelines all build their models here, so a model
+config (`chat_template_kwargs`, `max_length`, LoRA adapter, engine settings) means the same in each.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zcp.backends.config import BACKEND_NAMES, ModelConfig, model_config
+
+Builder = Callable[[ModelConfig, bool], Any]
+
+# name -> "module:function" (imported on first use) or the builder itself
+_REGISTRY: dict[str, str | Builder] = {
+    "hf": "zcp.backends.hf:from_config",
+    "vllm": "zcp.backends.vllm:from_config",
+    "openai": "zcp.backends.openai_api:from_config",
+}
+assert set(BACKEND_NAMES) <= set(_REGISTRY)
+
+
+def register_backend(name: str, builder: Builder) -> None:
+    """Add an engine: `builder(model_config, progress)` returns an object with the `Backend` methods."""
+    _REGISTRY[name] = builder
+
+
+def backend_names() -> list[str]:
+    """Registered engine names."""
+    return sorted(_REGISTRY)
+
+
+# the package each built-in engine needs, and the pyproject extra that installs it
+_REQUIRES = {"vllm": ("vllm", "vllm"), "openai": ("openai", "api")}
+
+
+def _builder(name: str) -> Builder:
+    from zcp.schemas import ConfigError
+
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise ConfigError(f"model.backend={name!r}: must be one of {backend_names()}")
+    package, extra = _REQUIRES.get(name, (None, None))
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"model.backend={name} needs the {package} package, which is not installed; "
+                          f"install it with pip install -e '.[{extra}]'")
+    if isinstance(entry, str):
+        module, fn = entry.split(":")
+        entry = getattr(importlib.import_module(module), fn)
+    return entry  # type: ignore[return-value]
+
+
+def check_paths(cfg: ModelConfig) -> None:
+    """Model and adapter paths: local folders that exist or hub ids (engines that load weights locally)."""
+    from zcp.config import check_model_path
+
+    if cfg.backend == "openai":  # a served model's name, not a path; the tokenizer is a local folder
+        if not (cfg.api.model or cfg.path):
+            from zcp.schemas import ConfigError
+
+            raise ConfigError("model.backend=openai needs model.api.model (or model.path): the served model's name")
+        if cfg.api.tokenizer:
+            check_model_path(cfg.api.tokenizer, "model.api.tokenizer")
+        return
+    check_model_path(cfg.path, "model.path")
+    if cfg.adapter:
+        check_model_path(cfg.adapter, "model.adapter")
+
+
+def default_name(cfg: ModelConfig) -> str:
+    """`name`, else the last component of `path`."""
+    if cfg.name:
+        return str(cfg.name)
+    path = str(cfg.path or "model").rstrip("/")
+    return Path(path).name or path
+
+
+def build_backend(model_cfg: Any, progress: bool = False) -> Any:
+    """The engine a `model` config names (`model.backend`: hf | vllm | openai), checked and loaded.
+
+    The config is validated first (unknown keys, ranges, paths: one-line ConfigError before any weights
+    load). The backend's `name` is `model.name` (else the folder name) and its `fingerprint` says what
+    decides its outputs besides the prompt: the weights' content, and the rendering options
+    (`chat_template_kwargs`, `chat`) when they differ from the defaults.
+    """
+    cfg = model_config(model_cfg)
+    check_paths(cfg)
+    backend = _builder(cfg.backend)(cfg, progress)
+    backend.name = default_name(cfg)
+    render = {k: v for k, v in (("chat_template_kwargs", cfg.chat_template_kwargs), ("chat", cfg.chat))
+              if v != {"chat_template_kwargs": {}, "chat": True}[k]}
+    if render:
+        backend.fingerprint = f"{getattr(backend, 'fingerprint', '')}|{json.dumps(render, sort_keys=True)}"
+    return backend

@@ -1,0 +1,269 @@
+"""The shared base of every engine that runs a local tokenizer: prompt rendering and the tokenisation boundary.
+
+`TokenizedBackend` owns what must be identical across engines for their scores to be comparable: how a
+`Prompt` becomes text (`render`: the chat template with the model's `chat_template_kwargs`, e.g. Qwen3's
+`enable_thinking=False`, then the pre-filled assistant prefix), which token ids generation conditions on
+(`encode_prompts`), and which ids a continuation is scored on (`encode_for_scoring`). An engine
+(transformers, vLLM, an OpenAI-compatible server fed token ids) only writes `score` and `generate` over
+those ids, so p_first/p_all of two engines are log-probs of exactly the same tokens.
+
+Tokenising prompt + continuation jointly would let a pre-tokenizer merge the prompt's last character with
+the answer's first (Qwen2-style `{-`, `{\\`, `{(`): p_first would then score a token the model can never
+emit after the pre-filled `\\boxed{`. `encode_for_scoring` documents the rule used instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zcp.backends.base import Prompt, ScoreRequest
+
+log = logging.getLogger(__name__)
+
+# Texts put before a continuation whose standalone tokenisation does not decode back to it (a tokenizer
+# that prepends a dummy space, SentencePiece `▁`): the anchor's own tokens are dropped afterwards.
+_ANCHORS = ("\n", "\n\n", "0", "a", " ", "§")
+
+
+@dataclass(frozen=True)
+class ScoringEncoding:
+    """The token ids one score request is scored on.
+
+    `prompt_ids` are exactly the ids `generate` feeds the model for the same prompt; `continuation_ids`
+    are the continuation's tokens after them, scored by teacher forcing (the first one is p_first's
+    token). `method` says how the continuation was tokenised: "joint" (the joint tokenisation of prompt +
+    continuation starts with `prompt_ids`; its remainder), "standalone" (the continuation tokenised on its
+    own), "anchored" (tokenised after an anchor text whose tokens were dropped) or "unverified" (no
+    candidate decoded back to the continuation, e.g. a normalising tokenizer; the joint remainder, else
+    the standalone tokens, are used and a warning is logged).
+    """
+
+    prompt_ids: tuple[int, ...]
+    continuation_ids: tuple[int, ...]
+    method: str = "joint"
+
+    @property
+    def ids(self) -> list[int]:
+        """Prompt then continuation: the row that is fed to the model."""
+        return [*self.prompt_ids, *self.continuation_ids]
+
+    @property
+    def start(self) -> int:
+        """Index of the first continuation token in `ids`."""
+        return len(self.prompt_ids)
+
+    @property
+    def end(self) -> int:
+        """One past the last continuation token in `ids` (== len(ids))."""
+        return len(self.prompt_ids) + len(self.continuation_ids)
+
+
+class TokenizedBackend:
+    """Rendering and tokenisation shared by the engines; subclasses implement `score` and `generate`.
+
+    `tokenizer`: a fast (tokenizers-backed) transformers tokenizer. `chat_template_kwargs` are passed to
+    every `apply_chat_template` call (Qwen3: `{"enable_thinking": False}`), so detection, evaluation and
+    training render the same prompt. `chat=False` never uses the chat template (a base model whose
+    tokenizer ships one it was not trained on). `plain_template` renders chat prompts when there is no
+    template: by default the question, a newline, then the assistant prefix. `max_length` caps
+    `context_length` below the model's positions (the model config's `max_length`).
+    """
+
+    name: str = "model"
+    fingerprint: str = ""
+    supports_prefill = True
+    supports_logprobs = True
+
+    def _init_tokenizer(self, tokenizer: Any, *, chat_template_kwargs: Mapping[str, Any] | None = None,
+                        chat: bool = True, plain_template: str = "{user}\n{prefix}",
+                        max_length: int | None = None) -> None:
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{type(self).__name__} needs a fast (tokenizers-backed) tokenizer")
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.chat = bool(chat)
+        self.plain_template = plain_template
+        self.max_length = int(max_length) if max_length else None
+        self._token_text: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ prompts
+    def _uses_template(self, prompt: Prompt) -> bool:
+        return bool(prompt.chat and self.chat and getattr(self.tokenizer, "chat_template", None))
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model conditions on (chat template + pre-filled assistant prefix)."""
+        if not prompt.chat:
+            return prompt.user + prompt.assistant_prefix
+        if self._uses_template(prompt):
+            messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
+                {"role": "user", "content": prompt.user}
+            ]
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
+            return text + prompt.assistant_prefix
+        user = f"{prompt.system}\n\n{prompt.user}" if prompt.system else prompt.user
+        return self.plain_template.format(user=user, prefix=prompt.assistant_prefix)
+
+    def _special_tokens_for(self, prompt: Prompt) -> bool:
+        # A rendered chat template already carries BOS etc. as text; raw/plain prompts get the
+        # tokenizer's own special tokens (e.g. BOS for Llama-style base models).
+        return not self._uses_template(prompt)
+
+    # ------------------------------------------------------------------ tokenisation
+    def model_positions(self) -> int | None:
+        """Positions the engine's model has (max_position_embeddings); None when unknown. Engines override."""
+        return None
+
+    @property
+    def context_length(self) -> int | None:
+        """Positions a probe may use: `max_length` when set (never above the model's), else the model's."""
+        n = self.model_positions()
+        if self.max_length:
+            return min(self.max_length, n) if n else self.max_length
+        return n
+
+    def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+        """Token counts of rendered prompts (as generation sees them) and of bare texts (e.g. answers)."""
+        plen = [len(ids) for ids in self.encode_prompts(prompts)] if prompts else []
+        tlen = [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+        return plen, tlen
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on."""
+        texts = [self.render(p) for p in prompts]
+        return self._tokenize(texts, [self._special_tokens_for(p) for p in prompts])
+
+    def _tokenize(self, texts: Sequence[str], add_special: Sequence[bool]) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in texts]
+        for flag in sorted(set(add_special)):
+            idxs = [i for i, f in enumerate(add_special) if f == flag]
+            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=flag)["input_ids"]
+            for i, ids in zip(idxs, enc, strict=True):
+                out[i] = list(ids)
+        return out
+
+    def _decode(self, seqs: Sequence[Sequence[int]]) -> list[str]:
+        # Verbatim: special tokens kept, no clean-up of spaces before punctuation.
+        return self.tokenizer.batch_decode([list(s) for s in seqs], skip_special_tokens=False,
+                                           clean_up_tokenization_spaces=False)
+
+    def _text_of(self, tid: int) -> str:
+        t = self._token_text.get(tid)
+        if t is None:
+            t = self._token_text[tid] = self.tokenizer.decode([tid])
+        return t
+
+    def encode_for_scoring(self, requests: Sequence[ScoreRequest]) -> list[ScoringEncoding]:
+        """The ids each request is scored on: the prompt's generation ids, then the continuation's tokens.
+
+        The prompt is `encode_prompts` (rendered, tokenised alone, with generation's special-token rule).
+        The continuation's tokens are the first candidate that decodes back to exactly the continuation
+        after the prompt (`decode(prompt + cont) == decode(prompt) + continuation`, i.e. the text the model
+        would have produced had it emitted those tokens):
+
+        1. "joint": if the joint tokenisation of prompt + continuation starts with exactly the prompt's
+           ids, its remainder (the common case: the continuation is tokenised as in running text, so
+           " 42" after "EXPR =" keeps a byte-level tokenizer's merged space);
+        2. "standalone": otherwise (a merge across the boundary, e.g. `{` + `-3` -> `{-`, `3`, or "is" +
+           "land" -> "island"), the continuation tokenised on its own, without special tokens;
+        3. "anchored": when that does not decode back (a tokenizer that prepends a dummy space, `▁-3`),
+           the continuation tokenised after an anchor text (a newline, ...) whose own ids are dropped.
+
+        If none verifies (a normalising tokenizer: NFKC, lower-casing) the joint remainder, else the
+        standalone ids, are used and a warning is logged. Every engine scores these same ids.
+        """
+        for i, r in enumerate(requests):
+            if not r.continuation:
+                raise ValueError(f"score request {i}: empty continuation")
+        flags = [self._special_tokens_for(r.prompt) for r in requests]
+        texts = [self.render(r.prompt) for r in requests]
+        prompt_ids = self._tokenize(texts, flags)
+        joint = self._tokenize([t + r.continuation for t, r in zip(texts, requests, strict=True)], flags)
+        for i, p in enumerate(prompt_ids):
+            if not p:
+                raise ValueError(f"score request {i}: nothing precedes the continuation (empty prompt, no BOS)")
+        cands: list[list[int] | None] = [
+            j[len(p):] if len(j) > len(p) and j[: len(p)] == p else None for p, j in zip(prompt_ids, joint, strict=True)
+        ]
+        out: list[ScoringEncoding | None] = [None] * len(requests)
+        prompt_text = self._decode(prompt_ids)
+        self._accept(out, "joint", cands, prompt_ids, prompt_text, requests)
+        todo = [i for i, e in enumerate(out) if e is None]
+        if todo:
+            alone = self._tokenize([requests[i].continuation for i in todo], [False] * len(todo))
+            standalone: dict[int, list[int]] = dict(zip(todo, alone, strict=True))
+            self._accept(out, "standalone", [standalone.get(i) for i in range(len(requests))], prompt_ids,
+                         prompt_text, requests)
+            for anchor in _ANCHORS:
+                todo = [i for i, e in enumerate(out) if e is None]
+                if not todo:
+                    break
+                a = self._tokenize([anchor], [False])[0]
+                ac = self._tokenize([anchor + requests[i].continuation for i in todo], [False] * len(todo))
+                anchored: dict[int, list[int]] = {
+                    i: x[len(a):] for i, x in zip(todo, ac, strict=True) if len(x) > len(a) and x[: len(a)] == a
+                }
+                self._accept(out, "anchored", [anchored.get(i) for i in range(len(requests))], prompt_ids,
+                             prompt_text, requests)
+            for i in [i for i, e in enumerate(out) if e is None]:
+                ids = cands[i] or standalone[i]
+                if not ids:
+                    raise ValueError(f"score request {i}: continuation produced no tokens")
+                log.warning("score request %d: no tokenisation of the continuation %r decodes back to it; "
+                            "scoring %s", i, requests[i].continuation, self.tokenizer.convert_ids_to_tokens(ids))
+                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(ids), "unverified")
+        return out  # type: ignore[return-value]
+
+    def _accept(self, out: list[ScoringEncoding | None], method: str, cands: Sequence[list[int] | None],
+                prompt_ids: Sequence[list[int]], prompt_text: Sequence[str], requests: Sequence[ScoreRequest]) -> None:
+        """Fill the open slots of `out` whose candidate ids decode back to the continuation after the prompt."""
+        idxs = [i for i, e in enumerate(out) if e is None and cands[i]]
+        if not idxs:
+            return
+        texts = self._decode([prompt_ids[i] + cands[i] for i in idxs])  # type: ignore[operator]
+        for i, text in zip(idxs, texts, strict=True):
+            if text == prompt_text[i] + requests[i].continuation:
+                out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(cands[i]), method)  # type: ignore[arg-type]
+
+    def eos_token_ids(self, generation_eos: Any = None) -> list[int]:
+        """The ids that end a generation: the model's generation_config EOS id(s) and the tokenizer's."""
+        ids = set(generation_eos if isinstance(generation_eos, list | tuple) else
+                  [generation_eos] if generation_eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return sorted(int(e) for e in ids)
+
+    def finish_generation(self, token_ids: Sequence[int], eos_ids: Sequence[int], pad_id: int | None, box: bool,
+                          stop: tuple[str, ...]) -> str:
+        """The returned text of one generation from its new token ids, the same for every engine.
+
+        Cut at the first EOS, trailing padding dropped, decoded without special tokens, then cut at the
+        brace closing the pre-filled box (kept) or before the first stop string.
+        """
+        toks = cut_at_eos(list(token_ids), eos_ids)
+        while pad_id is not None and toks and toks[-1] == pad_id:  # rows stopped early are padded
+            toks.pop()
+        return postprocess(self.tokenizer.decode(toks, skip_special_tokens=True), box, stop)
+
+
+def cut_at_eos(toks: list[int], eos_ids: Sequence[int]) -> list[int]:
+    """The tokens before the first EOS id."""
+    for k, t in enumerate(toks):
+        if t in eos_ids:
+            return toks[:k]
+    return toks
+
+
+def postprocess(text: str, box: bool, stop: tuple[str, ...]) -> str:
+    """Cut generated text at the brace closing the pre-filled box (kept) or the first stop string."""
+    if box:
+        from zcp.answers import close_brace_index
+
+        end = close_brace_index(text)
+        if end is not None:
+            return text[: end + 1]
+    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
+    return text[:cut] if cut >= 0 else text
