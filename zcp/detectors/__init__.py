@@ -1,0 +1,23 @@
+"""Baseline contamination detectors behind one registry (see `zcp.detectors.base`).
+
+Importing the package registers the built-in detectors: ppl, zlib, mink/minkK, minkpp/minkppK
+(zcp.detectors.likelihood), ref (reference_model), dpcc, recon and guided (reconstruction), and
+zcp_acc/zcp_con/zcp_p_first/zcp_p_all (zcp_gap: ZCP's item-level score from detection records).
+"""
+
+from zcp.detectors import dpcc, likelihood, reconstruction, reference_model, zcp_gap  # noqa: F401 - registration
+from zcp.detectors.base import (
+    Detector,
+    DetectorContext,
+    DetectorSpec,
+    auroc,
+    available_detectors,
+    get_detector,
+    register_detector,
+    spec_of,
+    tpr_at_fpr,
+)
+from zcp.detectors.zcp_gap import zcp_item_scores
+
+__all__ = ["Detector", "DetectorContext", "DetectorSpec", "auroc", "available_detectors", "get_detector",
+           "register_detector", "spec_of", "tpr_at_fpr", "zcp_item_scores"]

@@ -1,0 +1,45 @@
+"""Reference-model detector (`ref`): the audited model's loss against a reference model's on the same text.
+
+Score = ref_loss - target_loss, losses being the mean per-token negative log-likelihood of the item's raw
+text (scored as in `zcp.detectors.likelihood`, each model with its own tokenizer; one batched pass per
+model, shared with the likelihood detectors for the audited model). A text the audited model has trained on
+is easier for it than for the model it was fine-tuned from, so higher = more likely leaked (Carlini et al.
+2021's "comparing to other neural language models"; the simulation's reference is its base model,
+`ref_model.path`, or in a contamination run dir the `base_model` of exposure.json).
+
+Benchmark decision: the reference-set test (`zcp.detectors.base.reference_set_decision`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from zcp.backends.base import Backend
+from zcp.data.schema import Item
+from zcp.detectors.base import Detector, DetectorContext, DetectorSpec, register_detector
+from zcp.detectors.likelihood import TEXTS, item_text, likelihood_pass, mean_loss
+
+
+@register_detector(DetectorSpec("ref", "Reference model", "score", frozenset({"reference_model"}), "reference_model",
+                                cite="Carlini et al. 2021"))
+class ReferenceModel(Detector):
+    """Score = reference model's mean loss minus the audited model's, on the item's raw text."""
+
+    def __init__(self, text: str = "question") -> None:
+        if text not in TEXTS:
+            raise ValueError(f"text must be one of {list(TEXTS)}, not {text!r}")
+        self.text = text
+
+    def score_items(self, backend: Backend, items: Sequence[Item], ctx: DetectorContext) -> list[dict[str, Any]]:
+        """ref_loss - target_loss per item (both losses recorded)."""
+        if ctx.ref_backend is None:
+            raise ValueError("detector ref needs a reference model (ref_model.path)")
+        texts = [item_text(it, self.text) for it in items]
+        target = likelihood_pass(backend, texts, ctx)
+        ref = likelihood_pass(ctx.ref_backend, texts, ctx)
+        out = []
+        for it, t, r in zip(items, target, ref, strict=True):
+            lt, lr = mean_loss(t), mean_loss(r)
+            out.append({"id": it.id, "score": lr - lt, "target_loss": lt, "ref_loss": lr})
+        return out
