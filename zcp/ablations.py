@@ -207,7 +207,9 @@ def truncation_curve(records: list[dict[str, Any]], metrics: Sequence[str], sett
         recs = [r for r in records if float(r["ratio"]) == ratio]
         summ = analyse(recs, metrics, settings)
         verdicts = {v["split"]: v for v in summ["verdicts"] if v["variant"] == ORIGINAL}
-        for (split, metric), res in sorted(_results_by(summ).items()):
+        by = _results_by(summ)
+        for split, metric in sorted(by, key=lambda sm: (sm[0], list(metrics).index(sm[1]))):
+            res = by[(split, metric)]
             kept = [r["units_kept"] / r["units_total"] for r in recs if r["split"] == split and r["units_total"]]
             rows.append({"ratio": ratio, "split": split, "metric": metric, "n": res["n"], "s": res["s"],
                          "s_ref": res["s_ref"], "diff": res["diff"], "p_value": res["p_value"],
@@ -235,8 +237,8 @@ def full_cot_table(records: list[dict[str, Any]], metrics: Sequence[str], settin
     zero = [r for r in records if float(r["ratio"]) == 0.0]
     f_res, z_res = _results_by(analyse(full, metrics, settings)), _results_by(analyse(zero, metrics, settings))
     rows = []
-    for (split, metric), res in sorted(f_res.items()):
-        z = z_res[(split, metric)]
+    for split, metric in sorted(f_res, key=lambda sm: (sm[0], list(metrics).index(sm[1]))):
+        res, z = f_res[(split, metric)], z_res[(split, metric)]
         rows.append({"split": split, "metric": metric, "n": res["n"], "full_s": res["s"], "full_s_ref": res["s_ref"],
                      "full_p_value": res["p_value"], "full_c_cont": res["c_cont"], "zero_s": z["s"],
                      "zero_s_ref": z["s_ref"], "zero_p_value": z["p_value"], "zero_c_cont": z["c_cont"]})
@@ -392,8 +394,11 @@ def plot_sample_size(rows: list[dict[str, Any]], path: str | Path, title: str = 
             axes[0].errorbar(x, [r["c_cont_mean"] for r in rr], yerr=[r["c_cont_std"] for r in rr], fmt=style,
                              marker="o", color=color, capsize=2, label=f"{_lab(m)} {split}")
             axes[1].plot(x, [r["detection_rate"] for r in rr], style, marker="o", color=color, label=f"{_lab(m)} {split}")
+    ns = sorted({r["n"] for r in rows})
     for ax, lab in ((axes[0], "C_cont (mean ± std over subsets)"), (axes[1], "detection rate")):
         ax.set_xscale("log")
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
         ax.set_xlabel("N (items per subset)")
         ax.set_ylabel(lab)
     axes[1].legend(fontsize=6, ncol=2)
