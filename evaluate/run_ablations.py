@@ -3,8 +3,9 @@
     python evaluate/run_ablations.py run_dir=outputs/contaminate/<run> [ablations=[truncation,full_cot,sample_size]]
     python evaluate/run_ablations.py model.path=DIR data.path=FILE data.reference_path=FILE ablations=[truncation,full_cot]
 
-Writes cots.jsonl, truncation_records.jsonl, summary.json, ablations.md, truncation.png, sample_size.png and
-config.yaml to outputs/ablations/<run>__<hash>/ (rerunning the same command resumes it) and logs to W&B.
+Writes cots.jsonl, truncation_records.jsonl, sample_size_subsets.jsonl, summary.json, ablations.md, truncation.png,
+sample_size.png and config.yaml to outputs/ablations/<run>__<hash>/ (rerunning the same command resumes it) and
+logs to W&B.
 """
 
 import hydra

@@ -257,3 +257,58 @@ def test_ablations_config_compose(override, ok):
         else:
             with pytest.raises((ConfigCompositionException, ConfigError)):
                 validate(compose("ablations", overrides=override))
+
+
+# ------------------------------------------------------------------------------ the entry point
+
+def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
+    """evaluate/run_ablations.py's function on the shipped model and a 3-item benchmark (truncation + full-CoT),
+    then the sample-size study alone on hand-made detection records; a rerun probes nothing again."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from zcp.ablations import run_ablations
+    from zcp.data.loaders import save_items
+    from zcp.modeling import base_model_path
+    from zcp.study import REPO_CONF
+
+    items = [Item("a", "Ivy has 7 marbles and gets 18 more. How many marbles does Ivy have?", "25"),
+             Item("b", "Tom has 12 apples and eats 5. How many apples are left?", "7"),
+             Item("c", "A box holds 6 rows of 4 cans. How many cans are in the box?", "24")]
+    refs = [Item("a::ref0", "Ivy has 9 marbles and gets 13 more. How many marbles does Ivy have?", "22",
+                 metadata={"original_id": "a"}),
+            Item("b::ref0", "Tom has 15 apples and eats 6. How many apples are left?", "9", metadata={"original_id": "b"}),
+            Item("c::ref0", "A box holds 7 rows of 3 cans. How many cans are in the box?", "21",
+                 metadata={"original_id": "c"})]
+    save_items(tmp_path / "d.jsonl", items)
+    save_items(tmp_path / "r.jsonl", refs)
+    common = [f"model.path={base_model_path()}", "logger=none", "probe.full_cot_max_tokens=24",
+              "probe.zero_cot_max_tokens=6", "ablation.ratios=[0,0.5,1]"]
+    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
+        cfg = compose("ablations", overrides=[*common, f"data.path={tmp_path / 'd.jsonl'}",
+                                              f"data.reference_path={tmp_path / 'r.jsonl'}", "data.name=d",
+                                              f"output_dir={tmp_path / 'out'}", "ablations=[truncation,full_cot]"])
+        summary = run_ablations(cfg)
+        out = tmp_path / "out"
+        recs = (out / "truncation_records.jsonl").read_text().splitlines()
+        assert len(recs) == 3 * 6 and len((out / "cots.jsonl").read_text().splitlines()) == 6
+        assert {r["ratio"] for r in summary["truncation"]["rows"]} == {0.0, 0.5, 1.0}
+        assert {r["split"] for r in summary["full_cot"]["rows"]} == {"d"}
+        assert (out / "truncation.png").exists() and "Full-CoT ablation" in (out / "ablations.md").read_text()
+        run_ablations(cfg)  # resume: nothing probed again
+        assert (out / "truncation_records.jsonl").read_text().splitlines() == recs
+
+        det = tmp_path / "det"
+        det.mkdir()
+        from zcp.io import write_jsonl
+
+        write_jsonl(det / "records.jsonl", _records(n=12))
+        cfg = compose("ablations", overrides=[*common, f"ablation.records={det / 'records.jsonl'}", "ablation.subsets=4",
+                                              "ablation.sizes=[5]", f"output_dir={tmp_path / 'n'}",
+                                              "ablations=[sample_size]"])
+        summary = run_ablations(cfg)
+    rows = {(r["split"], r["n"], r["metric"]): r for r in summary["sample_size"]["rows"]}
+    assert rows[("C", 5, "acc")]["detection_rate"] == 1.0 and rows[("U", 5, "acc")]["detection_rate"] == 0.0
+    subsets = [json.loads(x) for x in (tmp_path / "n" / "sample_size_subsets.jsonl").read_text().splitlines()]
+    assert len([s for s in subsets if s["split"] == "C" and s["n"] == 5]) == 4

@@ -36,7 +36,7 @@ import numpy as np
 from zcp.backends.base import Backend
 from zcp.data.schema import Item
 from zcp.detect import ORIGINAL, REFERENCE, DetectDataset, DetectSettings, analyse
-from zcp.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
+from zcp.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json, write_jsonl
 from zcp.probe import (
     ProbeConfig,
     cut_points,
@@ -265,9 +265,11 @@ def draw_subsets(ids: Sequence[str], n: int, r: int, seed: int) -> list[list[str
 
 
 def sample_size_study(records: list[dict[str, Any]], metrics: Sequence[str], settings: DetectSettings,
-                      sizes: Sequence[int], subsets: int, seed: int = 0) -> list[dict[str, Any]]:
+                      sizes: Sequence[int], subsets: int, seed: int = 0,
+                      details: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Per split, N (each size <= n, and n itself = all) and metric: detection rate over the subsets and
-    C_cont mean ± std; metric "combined" is the Bonferroni verdict over `metrics`."""
+    C_cont mean ± std; metric "combined" is the Bonferroni verdict over `metrics`. With `details`, one row
+    per subset (its item ids and p per metric) is appended to it."""
     rows = []
     for split in sorted({r["split"] for r in records}):
         recs = [r for r in records if r["split"] == split and r["variant"] in (ORIGINAL, REFERENCE)]
@@ -280,12 +282,15 @@ def sample_size_study(records: list[dict[str, Any]], metrics: Sequence[str], set
         for n in ns:
             subs = draw_subsets(ids, n, subsets, seed)
             per_metric: dict[str, list[tuple[float, bool]]] = defaultdict(list)
-            for sub in subs:
+            for k, sub in enumerate(subs):
                 summ = analyse([r for i in sub for r in by_item[i]], metrics, settings)
                 for (_, metric), res in _results_by(summ).items():
                     per_metric[metric].append((res["c_cont"], res["p_value"] < settings.alpha))
                 v = next(v for v in summ["verdicts"] if v["variant"] == ORIGINAL)
                 per_metric["combined"].append((v["c_cont"], bool(v["contaminated"])))
+                if details is not None:
+                    details.append({"split": split, "n": n, "subset": k, "ids": sub, "combined_p": v["p_value"],
+                                    "p_value": {m: r["p_value"] for (_, m), r in _results_by(summ).items()}})
             for metric in [*metrics, "combined"]:
                 vals = per_metric[metric]
                 cc = [c for c, _ in vals]
@@ -348,9 +353,11 @@ def plot_truncation(rows: list[dict[str, Any]], path: str | Path, title: str = "
     import matplotlib.pyplot as plt
 
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    splits = sorted({r["split"] for r in rows})
+    styles = dict(zip(splits, ["-", "--", ":", "-."] * len(splits), strict=False))
     fig, axes = plt.subplots(2, len(metrics), figsize=(4.2 * len(metrics), 6.4), squeeze=False)
     for j, m in enumerate(metrics):
-        for split, style in (("C", "-"), ("U", "--")):
+        for split, style in styles.items():
             rr = sorted((r for r in rows if r["metric"] == m and r["split"] == split), key=lambda r: r["ratio"])
             if not rr:
                 continue
@@ -383,9 +390,11 @@ def plot_sample_size(rows: list[dict[str, Any]], path: str | Path, title: str = 
     import matplotlib.pyplot as plt
 
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    splits = sorted({r["split"] for r in rows})
+    styles = dict(zip(splits, ["-", "--", ":", "-."] * len(splits), strict=False))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for k, m in enumerate(metrics):
-        for split, style in (("C", "-"), ("U", "--")):
+        for split, style in styles.items():
             rr = sorted((r for r in rows if r["metric"] == m and r["split"] == split), key=lambda r: r["n"])
             if not rr:
                 continue
@@ -499,14 +508,14 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
         inputs = inputs_from_run(str(cfg.run_dir), checked.get("stats"))
         model_cfg = {**to_dict(cfg.model), "path": inputs.model_path}
     else:
-        if not cfg.model.get("path"):
+        needs_model = bool({"truncation", "full_cot"} & set(which))
+        if needs_model and not cfg.model.get("path"):
             raise ConfigError("run_dir or model.path (with data.path and data.reference_path) is required")
         model_cfg = to_dict(cfg.model)
         st = checked["stats"]
-        needs_model = bool({"truncation", "full_cot"} & set(which))
         datasets = load_datasets(cfg.data)[0] if needs_model else []
         seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(s) for s in cfg.seeds]
-        inputs = AblationInputs(datasets, str(model_cfg["path"]), None,
+        inputs = AblationInputs(datasets, str(model_cfg.get("path")), None,
                                 DetectSettings(seeds=seeds, bootstrap_samples=st.bootstrap_samples, alpha=st.alpha,
                                                test=st.test, reference_draws=st.reference_draws),
                                 {"data": str(cfg.data.get("path"))})
@@ -519,9 +528,10 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     probe = probe_config(cfg.probe)
     weights = {"model": model_fingerprint(model_cfg["path"]) if "truncation" in which else None,
                "records": stable_hash(records_path.read_text(), 16) if "sample_size" in which else None}
-    name = Path(str(cfg.run_dir)).name if cfg.get("run_dir") else Path(str(model_cfg["path"])).name
+    name = Path(str(cfg.run_dir)).name if cfg.get("run_dir") else \
+        Path(str(model_cfg["path"])).name if "truncation" in which else records_path.parent.name  # type: ignore[union-attr]
     out = run_dir(cfg, "ablations", name, extra=weights)
-    summary: dict[str, Any] = {"model": model_cfg["path"], "ablations": which, "source": inputs.source,
+    summary: dict[str, Any] = {"model": model_cfg.get("path"), "ablations": which, "source": inputs.source,
                                "output_dir": str(out)}
     with RunLock(out), Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="ablations") as tr:
         save_config(cfg, out)
@@ -560,7 +570,9 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
             sub_settings = DetectSettings(seeds=s.seeds, bootstrap_samples=ab.subset_bootstrap_samples, alpha=s.alpha,
                                           test=s.test, reference_draws="all", progress=False)
             t0 = time.time()
-            rows = sample_size_study(recs, det_metrics, sub_settings, ab.sizes, ab.subsets, ab.subset_seed)
+            details: list[dict[str, Any]] = []
+            rows = sample_size_study(recs, det_metrics, sub_settings, ab.sizes, ab.subsets, ab.subset_seed, details)
+            write_jsonl(out / "sample_size_subsets.jsonl", details)
             summary["sample_size"] = {"records": str(records_path), "subsets": ab.subsets, "seed": ab.subset_seed,
                                       "test": s.test, "bootstrap_samples": ab.subset_bootstrap_samples,
                                       "seeds": list(s.seeds), "alpha": s.alpha, "seconds": time.time() - t0, "rows": rows}
