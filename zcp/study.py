@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.io import read_json, read_jsonl, write_json
+from zcp.report import c_cont_text
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def _verdict(row: dict[str, Any], key: str) -> str:
     if row.get(f"{key}_p_value") is not None:
         extra = f"p={float(row[f'{key}_p_value']):.2g}"
         if row.get(f"{key}_c_cont") is not None:
-            extra += f", C={float(row[f'{key}_c_cont']):.3f}"
+            extra += f", C={c_cont_text(float(row[f'{key}_c_cont']), 0.0, False)}"
         return f"{word} ({extra})"
     if row.get(f"{key}_statistic") is not None:
         return f"{word} (stat={float(row[f'{key}_statistic']):.3g})"
@@ -280,6 +281,8 @@ def run_report(cfg: Any) -> dict[str, Any]:
         for key, val in src.items():
             if val and not Path(val).exists():
                 raise ConfigError(f"report.{cond}.{key}={val}: no such directory")
+            if val and key != "run_dir" and not (Path(val) / "summary.json").exists():
+                raise ConfigError(f"report.{cond}.{key}={val}: no summary.json (is its run finished?)")
     if not any(v for src in conditions.values() for v in src.values()):
         raise ConfigError("report: set at least one of report.{verbatim,paraphrased}.{run_dir,ablations_dir,baselines_dir}")
     out = run_dir(cfg, "report", "study")
