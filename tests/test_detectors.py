@@ -161,6 +161,30 @@ def test_zcp_item_scores_on_hand_made_records():
         zcp_item_scores(records, "bleu")
 
 
+def test_likelihood_text_modes_build_the_scoring_requests():
+    """Raw modes score the text after the document prefix; chat modes score the completion after the question."""
+    seen: list[ScoreRequest] = []
+
+    class Recorder(TextFake):
+        def score(self, requests):
+            seen.extend(requests)
+            return super().score(requests)
+
+    it = Item("a", "Ann has 5 pens. How many?", "5", solution="5 = 5.")
+    for text, prompt_user, chat, cont in (("question", "", False, it.question),
+                                          ("question_answer", "", False, it.question + "\n5"),
+                                          ("chat_answer", it.question, True, "The final answer is: \\[ \\boxed{5} \\]"),
+                                          ("chat_solution", it.question, True,
+                                           "5 = 5.\nThe final answer is: \\[ \\boxed{5} \\]")):
+        seen.clear()
+        rec = get_detector("mink20", text=text).score_items(Recorder({}), [it], DetectorContext())
+        assert seen[0].distribution_stats and seen[0].continuation == cont, text
+        assert (seen[0].prompt.user, seen[0].prompt.chat) == (prompt_user, chat), text
+        assert rec[0]["n_tokens"] == len(cont)
+    with pytest.raises(ValueError, match="text must be"):
+        get_detector("ppl", text="answer")
+
+
 def test_split_question_keeps_the_text():
     q = "Ann has 5 pens and buys 3 more pens today."
     prefix, rest = split_question(q, 0.4)

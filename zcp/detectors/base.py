@@ -214,8 +214,8 @@ def reference_set_decision(records: Sequence[dict[str, Any]], ctx: DetectorConte
                 "rule": NO_REFERENCE_RULE, "p_value": None, "threshold": None}
     res = paired_test("score", orig, refs, B=ctx.bootstrap_samples, seed=ctx.seed, ids=ids, kind="continuous")
     return {"statistic": float(res.diff), "decision": bool(res.p_value < ctx.alpha),
-            "rule": (f"one-sided within-item permutation test, original score > its {res.m}-draw reference "
-                     f"items' mean (statistic = mean difference over {res.n} items), p < {ctx.alpha}"),
+            "rule": (f"one-sided within-item permutation test, original score > the mean of its reference items "
+                     f"(up to {res.m} per item; statistic = mean difference over {res.n} items), p < {ctx.alpha}"),
             "p_value": float(res.p_value), "threshold": ctx.alpha}
 
 

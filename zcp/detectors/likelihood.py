@@ -1,12 +1,18 @@
 """Likelihood detectors: perplexity, zlib ratio, Min-K% Prob and Min-K%++ (one scoring pass for all).
 
-Text scored: the item's question (``text="question"``, the default) or question, a newline and the
-answer (``text="question_answer"``), as raw text: ``Prompt(user=<document prefix>, chat=False)`` with the
-text as the scored continuation. The document prefix is empty when the tokenizer adds a BOS token (the
-text is scored after BOS, as in pretraining); a tokenizer without BOS (Qwen-style) gets its end-of-text
-token as the document separator, so every token of the text, the first included, is scored. One
-`Backend.score` call with `distribution_stats=True` (the mean and std of log p over the vocabulary at each
-position) serves every detector of this module in a run (cached in `DetectorContext.cache`).
+Text scored (param `text`):
+- ``question`` (the default, as the literature scores pretraining text) or ``question_answer`` (question, a
+  newline, the answer): raw text, ``Prompt(user=<document prefix>, chat=False)`` with the text as the scored
+  continuation. The document prefix is empty when the tokenizer adds a BOS token (the text is scored after
+  BOS, as in pretraining); a tokenizer without BOS (Qwen-style) gets its end-of-text token as the document
+  separator, so every token of the text, the first included, is scored.
+- ``chat_solution`` / ``chat_answer``: what a chat fine-tune with a completion-only loss trains on — the
+  item's worked solution ending on ``The final answer is: \\[ \\boxed{ANS} \\]`` (`zcp.training.data.
+  cot_completion`), or that final-answer line alone, scored after the question in the chat template
+  (``Prompt(user=question)``). zlib's compressed length is then the scored continuation's.
+One `Backend.score` call with `distribution_stats=True` (the mean and std of log p over the vocabulary at
+each position) serves every detector of this module with the same `text` in a run (cached in
+`DetectorContext.cache`).
 
 Scores (higher = more likely leaked; log p are natural-log token log-probabilities of the text):
 - ``ppl``: -log perplexity = mean_t log p(t) (Shi et al. 2023's PPL baseline, sign flipped).
@@ -34,17 +40,29 @@ from zcp.backends.base import Backend, Prompt, ScoreRequest, ScoreResult
 from zcp.data.schema import Item
 from zcp.detectors.base import Detector, DetectorContext, DetectorSpec, register_detector
 
-TEXTS = ("question", "question_answer")
+TEXTS = ("question", "question_answer", "chat_solution", "chat_answer")
 KS = (5, 10, 20, 30, 50)
 
 
 def item_text(item: Item, text: str) -> str:
-    """The raw text a likelihood detector scores for `item`."""
+    """The text a likelihood detector scores for `item` (the continuation of its scoring request)."""
     if text == "question":
         return item.question
     if text == "question_answer":
         return f"{item.question}\n{item.answer}"
+    if text in ("chat_solution", "chat_answer"):
+        from zcp.training.data import cot_completion
+        from zcp.training.rewards import final_answer_line
+
+        if text == "chat_solution" and item.solution and item.solution.strip():
+            return cot_completion(item.solution, item.answer)
+        return final_answer_line(item.answer)
     raise ValueError(f"text must be one of {list(TEXTS)}, not {text!r}")
+
+
+def item_prompt(item: Item, text: str, prefix: str) -> Prompt:
+    """What the scored text follows: the document prefix (raw text modes) or the question in the chat template."""
+    return Prompt(user=item.question) if text.startswith("chat_") else Prompt(user=prefix, chat=False)
 
 
 def document_prefix(backend: Backend) -> str:
@@ -59,14 +77,28 @@ def document_prefix(backend: Backend) -> str:
     return tok.eos_token or tok.bos_token or "\n"
 
 
-def likelihood_pass(backend: Backend, texts: Sequence[str], ctx: DetectorContext) -> list[ScoreResult]:
-    """Token log-probs and vocabulary stats of each raw text, in one batched `score` call (cached per backend)."""
-    key = ("likelihood", id(backend), tuple(texts))
-    if key not in ctx.cache:
+def likelihood_pass(backend: Backend, texts: Sequence[str], ctx: DetectorContext,
+                    prompts: Sequence[Prompt] | None = None) -> list[ScoreResult]:
+    """Token log-probs and vocabulary stats of each text, in one batched `score` call (cached per backend).
+
+    `prompts`: what each text follows (default: the document prefix, i.e. raw text)."""
+    if prompts is None:
         prefix = document_prefix(backend)
-        reqs = [ScoreRequest(Prompt(user=prefix, chat=False), t, distribution_stats=True) for t in texts]
+        prompts = [Prompt(user=prefix, chat=False)] * len(texts)
+    key = ("likelihood", id(backend), tuple(texts), tuple(prompts))
+    if key not in ctx.cache:
+        reqs = [ScoreRequest(p, t, distribution_stats=True) for p, t in zip(prompts, texts, strict=True)]
         ctx.cache[key] = backend.score(reqs)
     return ctx.cache[key]
+
+
+def item_pass(backend: Backend, items: Sequence[Item], text: str, ctx: DetectorContext
+              ) -> tuple[list[str], list[ScoreResult]]:
+    """The scored texts of `items` in mode `text` and their scoring results (one cached pass)."""
+    texts = [item_text(it, text) for it in items]
+    prefix = "" if text.startswith("chat_") else document_prefix(backend)
+    prompts = [item_prompt(it, text, prefix) for it in items]
+    return texts, likelihood_pass(backend, texts, ctx, prompts)
 
 
 def mean_loss(res: ScoreResult) -> float:
@@ -102,8 +134,7 @@ class _Likelihood(Detector):
 
     def score_items(self, backend: Backend, items: Sequence[Item], ctx: DetectorContext) -> list[dict[str, Any]]:
         """Score = `_score` of each item's raw text; also the token count and mean loss."""
-        texts = [item_text(it, self.text) for it in items]
-        results = likelihood_pass(backend, texts, ctx)
+        texts, results = item_pass(backend, items, self.text, ctx)
         return [{"id": it.id, "score": self._score(res, t), "n_tokens": res.n_tokens, "loss": mean_loss(res)}
                 for it, t, res in zip(items, texts, results, strict=True)]
 

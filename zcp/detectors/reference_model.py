@@ -1,8 +1,8 @@
 """Reference-model detector (`ref`): the audited model's loss against a reference model's on the same text.
 
-Score = ref_loss - target_loss, losses being the mean per-token negative log-likelihood of the item's raw
-text (scored as in `zcp.detectors.likelihood`, each model with its own tokenizer; one batched pass per
-model, shared with the likelihood detectors for the audited model). A text the audited model has trained on
+Score = ref_loss - target_loss, losses being the mean per-token negative log-likelihood of the item's text
+(param `text`, scored as in `zcp.detectors.likelihood`: raw question by default; each model with its own
+tokenizer; one batched pass per model, shared with the likelihood detectors for the audited model). A text the audited model has trained on
 is easier for it than for the model it was fine-tuned from, so higher = more likely leaked (Carlini et al.
 2021's "comparing to other neural language models"; the simulation's reference is its base model,
 `ref_model.path`, or in a contamination run dir the `base_model` of exposure.json).
@@ -18,7 +18,7 @@ from typing import Any
 from zcp.backends.base import Backend
 from zcp.data.schema import Item
 from zcp.detectors.base import Detector, DetectorContext, DetectorSpec, register_detector
-from zcp.detectors.likelihood import TEXTS, item_text, likelihood_pass, mean_loss
+from zcp.detectors.likelihood import TEXTS, item_pass, mean_loss
 
 
 @register_detector(DetectorSpec("ref", "Reference model", "score", frozenset({"reference_model"}), "reference_model",
@@ -35,9 +35,8 @@ class ReferenceModel(Detector):
         """ref_loss - target_loss per item (both losses recorded)."""
         if ctx.ref_backend is None:
             raise ValueError("detector ref needs a reference model (ref_model.path)")
-        texts = [item_text(it, self.text) for it in items]
-        target = likelihood_pass(backend, texts, ctx)
-        ref = likelihood_pass(ctx.ref_backend, texts, ctx)
+        _, target = item_pass(backend, items, self.text, ctx)
+        _, ref = item_pass(ctx.ref_backend, items, self.text, ctx)
         out = []
         for it, t, r in zip(items, target, ref, strict=True):
             lt, lr = mean_loss(t), mean_loss(r)

@@ -373,6 +373,16 @@ def markdown(summary: dict[str, Any], title: str | None = None) -> str:
                 fe = entry["files"].get(f)
                 cells += [_fmt(fe.get("statistic") if fe else None, 4), _decision(fe)]
         lines.append("| " + " | ".join(cells) + " |")
+    standard = {"n", "n_unscored", "statistic", "decision", "rule", "p_value", "threshold"}
+    extras = []
+    for e in summary["detectors"].values():
+        for f in fnames:
+            more = {k: v for k, v in e["files"].get(f, {}).items() if k not in standard}
+            if more:
+                extras.append(f"- {e['label']} on {f}: " + ", ".join(
+                    f"{k} = {_fmt(v) if isinstance(v, float) else v}" for k, v in more.items()))
+    if extras:
+        lines += ["", "Other statistics:", "", *extras]
     rules = {e["label"]: e["files"][f]["rule"] for e in summary["detectors"].values() for f in fnames
              if f in e["files"]}
     lines += ["", "Decision rules:", ""] + [f"- {label}: {rule}" for label, rule in rules.items()]
@@ -441,8 +451,8 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
     fp = _fingerprint(inputs, [weights["model"] or inputs.model_path, weights["adapter"]],
                       (weights["ref"] or inputs.ref_path) if needs_ref else None, job.seed)
     mcfg = to_dict(cfg.model)
-    backend = build_backend({**mcfg, "path": inputs.model_path, "adapter": inputs.adapter}, progress=job.progress
-                            if "progress" in cfg else False)
+    backend = build_backend({**mcfg, "path": inputs.model_path, "adapter": inputs.adapter},
+                            progress=bool(cfg.get("progress", False)))
     if cfg.get("run_dir"):
         backend.name = f"{inputs.name}/model"
     ref_backend = None
