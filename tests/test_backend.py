@@ -296,3 +296,16 @@ def test_model_rewritten_in_place_gets_a_new_fingerprint(tmp_path, tiny_model, t
         tiny_model.model.norm.weight.add_(0.5)  # the final norm is saved last: a change in the file's tail
     tiny_model.save_pretrained(tmp_path / "m")
     assert HFBackend.from_pretrained(tmp_path / "m", device="cpu").fingerprint != first
+
+
+@pytest.mark.parametrize("make", [train_tokenizer, train_qwen2_style_tokenizer, train_sentencepiece_style_tokenizer])
+def test_direct_tokenizer_calls_equal_the_transformers_wrapper(make):
+    """The scoring path calls the tokenizers library directly (speed); ids and texts must be the wrapper's."""
+    texts = [f"Ann has {i} pens and {{-{i}}} more. \\boxed{{{i}}}" for i in range(40)]
+    tok = make(texts, vocab_size=300)
+    be = HFBackend(tiny_llama(tok, hidden=32, layers=1, heads=2), tok)
+    assert be._rust_tokenizer() is not None
+    for flag in (False, True):
+        assert be._tokenize(texts, [flag] * len(texts)) == [list(x) for x in tok(texts, add_special_tokens=flag)["input_ids"]]
+    ids = be._tokenize(texts, [True] * len(texts))
+    assert be._decode(ids) == tok.batch_decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -136,17 +136,37 @@ class TokenizedBackend:
         texts = [self.render(p) for p in prompts]
         return self._tokenize(texts, [self._special_tokens_for(p) for p in prompts])
 
+    def _rust_tokenizer(self) -> Any:
+        """The tokenizers-library object behind the fast tokenizer, when calling it directly gives exactly what
+        the transformers wrapper gives (no truncation or padding configured on it, special tokens matched as
+        the wrapper matches them); else None. The wrapper's per-call conversions cost about as much as the
+        tokenisation itself, which a detection run does several times per item."""
+        bt = getattr(self.tokenizer, "backend_tokenizer", None)
+        if bt is None or bt.truncation is not None or bt.padding is not None:
+            return None
+        if bool(getattr(bt, "encode_special_tokens", False)) != bool(getattr(self.tokenizer, "split_special_tokens", False)):
+            return None
+        return bt
+
     def _tokenize(self, texts: Sequence[str], add_special: Sequence[bool]) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in texts]
+        bt = self._rust_tokenizer()
         for flag in sorted(set(add_special)):
             idxs = [i for i, f in enumerate(add_special) if f == flag]
-            enc = self.tokenizer([texts[i] for i in idxs], add_special_tokens=flag)["input_ids"]
+            batch = [texts[i] for i in idxs]
+            if bt is not None:
+                enc = [e.ids for e in bt.encode_batch(batch, add_special_tokens=flag)]
+            else:
+                enc = self.tokenizer(batch, add_special_tokens=flag)["input_ids"]
             for i, ids in zip(idxs, enc, strict=True):
                 out[i] = list(ids)
         return out
 
     def _decode(self, seqs: Sequence[Sequence[int]]) -> list[str]:
         # Verbatim: special tokens kept, no clean-up of spaces before punctuation.
+        bt = self._rust_tokenizer()
+        if bt is not None:
+            return bt.decode_batch([list(s) for s in seqs], skip_special_tokens=False)
         return self.tokenizer.batch_decode([list(s) for s in seqs], skip_special_tokens=False,
                                            clean_up_tokenization_spaces=False)
 
