@@ -123,7 +123,8 @@ def _verdict(row: dict[str, Any], key: str) -> str:
     if row.get(f"{key}_p_value") is not None:
         extra = f"p={float(row[f'{key}_p_value']):.2g}"
         if row.get(f"{key}_c_cont") is not None:
-            extra += f", C={c_cont_text(float(row[f'{key}_c_cont']), 0.0, False)}"
+            c = c_cont_text(float(row[f"{key}_c_cont"]), 0.0, False)
+            extra += f", C_cont {c}" if c.startswith(">") else f", C_cont={c}"
         return f"{word} ({extra})"
     if row.get(f"{key}_statistic") is not None:
         return f"{word} (stat={float(row[f'{key}_statistic']):.3g})"
