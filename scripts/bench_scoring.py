@@ -4,9 +4,15 @@ row, all logits, no log-softmax. The backend pads each row to a bucket of its ow
 only rows of one bucket (batch invariance), so this ratio includes that cost.
 
     .venv/bin/python scripts/bench_scoring.py [--n 500] [--model DIR] [--repeats 5]
+    .venv/bin/python scripts/bench_scoring.py --end-to-end [--n 2500] [--n-small 250]
 
 Targets: batched >= 3x the one-item loop, and >= 0.8x the raw forward. Default model: the shipped
 base model (zcp/assets/base_model) if present, else a tiny Llama built here.
+
+--end-to-end times whole `evaluate/run_detect.py` runs (p_first/p_all; a subprocess each, so imports,
+data loading, tokenisation, record writing and the statistics all count) on n and n_small scored units
+(items + one reference row each), and reports the marginal rate (n - n_small) / (T_n - T_small) next to
+the raw batched forward of the same n units' token ids, measured in the same process run.
 """
 
 from __future__ import annotations
@@ -59,12 +65,84 @@ def _time(fn, repeats: int, warm: bool = True) -> float:
     return best
 
 
+def _write_benchmark(root: Path, n_units: int) -> None:
+    """n_units / 2 items, each with one reference row (a different question with its own answer)."""
+    from zcp.data.loaders import save_items
+    from zcp.data.schema import Item
+
+    pairs = _items(n_units)
+    half = n_units // 2
+    save_items(root / "data.jsonl", [Item(f"q{i:05d}", q, a) for i, (q, a) in enumerate(pairs[:half])])
+    save_items(root / "ref.jsonl", [Item(f"q{i:05d}::r0", q, a, metadata={"original_id": f"q{i:05d}"})
+                                    for i, (q, a) in enumerate(pairs[half : 2 * half])])
+
+
+def _run_detect(root: Path, model: str, *extra: str) -> float:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(repo / "evaluate" / "run_detect.py"), f"model.path={model}",
+           f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}", "logger=none",
+           f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false", *extra]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=repo, env={**os.environ, "WANDB_MODE": "disabled"})
+    return time.perf_counter() - t
+
+
+def end_to_end(args: argparse.Namespace) -> None:
+    """Marginal items/s of whole run_detect runs vs the raw batched forward (see the module docstring)."""
+    import tempfile
+
+    from zcp.config import asset_path
+
+    model = args.model or asset_path("base_model")
+    backend = _backend(model)
+    walls = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (args.n_small, args.n):
+            root = Path(tmp) / str(n)
+            root.mkdir()
+            _write_benchmark(root, n)
+            walls[n] = min(_run_detect(root, model, *args.detect_args) for _ in range(args.e2e_repeats))
+            import shutil
+
+            shutil.rmtree(root / "out", ignore_errors=True)
+    cfg = ProbeConfig(metrics=("p_first", "p_all"))
+    reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]
+    enc = backend.encode_for_scoring(reqs)
+    token_batches = [backend.collate([enc[i].ids for i in b])
+                     for b in backend.batches([e.end for e in enc], backend.max_batch_size)]
+
+    @torch.inference_mode()
+    def raw() -> None:
+        for ids, mask in token_batches:
+            backend.model(input_ids=ids, attention_mask=mask)
+
+    raw_t = _time(raw, args.repeats)
+    marginal = (args.n - args.n_small) / (walls[args.n] - walls[args.n_small])
+    raw_ips = args.n / raw_t
+    print(f"model: {Path(model).name}, torch threads = {torch.get_num_threads()}, units = items + 1 reference row each")
+    print(f"  run_detect wall: {walls[args.n_small]:.1f} s for {args.n_small} units, {walls[args.n]:.1f} s for {args.n}")
+    print(f"  end-to-end marginal rate {marginal:9.1f} units/s")
+    print(f"  raw batched forward      {raw_ips:9.1f} units/s")
+    print(f"  end to end / raw forward = {marginal / raw_ips:.2f}x   (target >= 0.8x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--end-to-end", action="store_true", help="time whole evaluate/run_detect.py runs")
+    ap.add_argument("--n-small", type=int, default=250, help="--end-to-end: units of the small run")
+    ap.add_argument("--e2e-repeats", type=int, default=1, help="--end-to-end: runs per size (best is kept)")
+    ap.add_argument("detect_args", nargs="*", help="--end-to-end: extra run_detect overrides, e.g. run.chunk_size=256")
     args = ap.parse_args()
+    if args.end_to_end:
+        end_to_end(args)
+        return
     backend = _backend(args.model)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
     reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]

@@ -1,8 +1,11 @@
 """The backend interface: teacher-forced scoring of continuations and text generation, batched.
 
-Implementations: `zcp.backends.hf.HFBackend` (transformers). vLLM and OpenAI-compatible backends
-implement the same two methods; an API backend that cannot pre-fill the assistant turn reports
-`supports_prefill = False` and `supports_logprobs` as its endpoint allows.
+Implementations, chosen by `model.backend` through `zcp.backends.build_backend`: `hf`
+(`zcp.backends.hf.HFBackend`, transformers), `vllm` (`zcp.backends.vllm.VLLMBackend`) and `openai`
+(`zcp.backends.openai_api.OpenAIBackend`, any OpenAI-compatible server). The open-weights engines share
+`zcp.backends.tokenized.TokenizedBackend` (rendering with `chat_template_kwargs`, the token ids scored and
+generated from), so they write only `score` and `generate`. An API backend that cannot pre-fill the
+assistant turn reports `supports_prefill = False` and `supports_logprobs` as its endpoint allows.
 """
 
 from __future__ import annotations
