@@ -170,3 +170,14 @@ def test_gpu_7b_grpo_rolls_out_with_vllm_colocate():
     args = trainer_args(GRPOConfig, grpo, output_dir="unused", seed=0, report_to="none", cpu=True)
     assert args.use_vllm and args.vllm_mode == "colocate"
     assert 0 < args.vllm_gpu_memory_utilization < 1 and args.vllm_tensor_parallel_size >= 1
+
+
+def test_engines_implement_the_backend_interface(tiny_model, tiny_tok, monkeypatch):
+    from zcp.backends.base import Backend
+    from zcp.backends.openai_api import OpenAIBackend
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    api = OpenAIBackend("served", base_url="http://127.0.0.1:9/v1", endpoint="chat",
+                        chat_template_kwargs={"enable_thinking": False})
+    assert isinstance(api, Backend) and isinstance(HFBackend(tiny_model, tiny_tok), Backend)
+    assert api.render(Prompt("hi")) == '[{"role": "user", "content": "hi"}]' and "served" in api.fingerprint

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,14 @@ class Backend(Protocol):
     """A model that can score continuations and generate text, in batches."""
 
     name: str
+    fingerprint: str  # what decides outputs besides the prompt (weights' content, rendering options); no secrets
+    chat_template_kwargs: dict[str, Any]  # passed to every chat-template render (Qwen3: enable_thinking=False)
     supports_prefill: bool
     supports_logprobs: bool
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model conditions on for `prompt` (what a record's prompt means)."""
+        ...
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Teacher-forced log-probabilities of each continuation, in request order."""
