@@ -181,3 +181,18 @@ def test_engines_implement_the_backend_interface(tiny_model, tiny_tok, monkeypat
                         chat_template_kwargs={"enable_thinking": False})
     assert isinstance(api, Backend) and isinstance(HFBackend(tiny_model, tiny_tok), Backend)
     assert api.render(Prompt("hi")) == '[{"role": "user", "content": "hi"}]' and "served" in api.fingerprint
+
+
+def test_max_length_caps_the_context_a_probe_may_use(tiny_model, tiny_tok):
+    from zcp.detect import fit_context
+    from zcp.probe import ProbeConfig
+
+    full = HFBackend(tiny_model, tiny_tok)
+    capped = HFBackend(tiny_model, tiny_tok, max_length=40)
+    assert full.context_length == tiny_model.config.max_position_embeddings and capped.context_length == 40
+    assert HFBackend(tiny_model, tiny_tok, max_length=10**6).context_length == tiny_model.config.max_position_embeddings
+    units = [(("d", "original", "q0", 0), Item("q0", "Ann has 3 pens and gets 4 more. How many pens? " * 3, "7"))]
+    probe = ProbeConfig(metrics=("p_first", "p_all"))
+    assert fit_context(units, full, probe, "skip") == (units, [])
+    kept, report = fit_context(units, capped, probe, "skip")
+    assert kept == [] and report[0]["context_length"] == 40
