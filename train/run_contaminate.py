@@ -2,6 +2,12 @@
 
     python train/run_contaminate.py [exposure.k=6] [exposure.answer_only_fraction=0.5] [exposure.grpo_steps=20]
     python train/run_contaminate.py experiment=exposure_sweep          # Hydra multirun, with detection
+    python train/run_contaminate.py experiment=exposure_cot_direct     # CoT-only leaks, direct-answer base model
+    python train/run_contaminate.py experiment=answer_format_study     # evasive answer lines (#### N, ...)
+    python train/run_contaminate.py benchmark.format=zcp_release \
+        split.c_path=../shared/data/zcp-release/omnimath/dataset_c.jsonl \
+        split.u_path=../shared/data/zcp-release/omnimath/dataset_u.jsonl  # given C and U files
+    python train/run_contaminate.py exposure.paraphrases_path=FILE    # pre-built paraphrases (+ _format, _variant, _pair_by)
     accelerate launch --config_file launch/accelerate/ddp.yaml train/run_contaminate.py train=gpu_7b \
         model=qwen2.5-math-7b-instruct output_dir=outputs/contaminate/qwen-omni
 

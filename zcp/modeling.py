@@ -220,6 +220,8 @@ class PretrainConfig:
     drill_fraction: float = 0.4
     # share of corpus items (word problems and drills) whose assistant turn is the final-answer line only
     answer_only_fraction: float = 0.0
+    # continue from a trained model folder (its tokenizer and weights) instead of training from scratch
+    init_from: str | None = None
     families: list[str] | None = None
     reserve_seed: int = BENCHMARK_SEED
     reserve_n: int = RESERVED_BENCHMARK_ITEMS
@@ -398,11 +400,20 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     if needed - covered:
         raise RuntimeError(f"corpus misses templates {sorted(needed - covered)}; raise n_train")
 
-    tokenizer = train_tokenizer([f"{it.question}\n{it.solution}" for it in corpus], cfg.vocab_size)
+    parent = None
+    if cfg.init_from:  # continued pretraining: the parent's tokenizer and weights, a new data mix
+        from transformers import AutoTokenizer
+
+        src = Path(cfg.init_from).resolve()
+        tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=True)
+        model = LlamaForCausalLM.from_pretrained(src, local_files_only=True)
+        parent = {"path": str(src), "recipe": json.loads((src / "recipe.json").read_text())
+                  if (src / "recipe.json").is_file() else None}
+    else:
+        tokenizer = train_tokenizer([f"{it.question}\n{it.solution}" for it in corpus], cfg.vocab_size)
+        model = LlamaForCausalLM(_model_config(cfg, tokenizer))
     encoded = [encode_conversation(tokenizer, it.question, it.solution) for it in corpus]
     max_len = max(len(ids) for ids, _ in encoded)
-
-    model = LlamaForCausalLM(_model_config(cfg, tokenizer))
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -454,6 +465,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     recipe = {
         "config": asdict(cfg),
         "parameters": n_params,
+        "init_from": parent,
         "corpus_items": len(corpus),
         "answer_only_items": sum(1 for it in corpus if it.metadata.get("answer_only")),
         "max_tokens_per_example": max_len,
@@ -525,14 +537,24 @@ def _recipe_md(r: Mapping[str, Any]) -> str:
     out_dir = c.get("out_dir", "")
     out_arg = "" if out_dir.rstrip("/").endswith("assets/base_model") else f" out_dir={_rel(out_dir)}"
     ao_arg = f" answer_only_fraction={ao} max_steps={c['max_steps']}" if ao else ""
+    parent = r.get("init_from")
+    if parent:
+        pr = (parent.get("recipe") or {}).get("heldout", {})
+        ao_arg += (f" init_from={_rel(parent['path'])} lr={c['lr']} warmup_steps={c['warmup_steps']}"
+                   f" compile={c['compile']} bf16={c['bf16']}")
+        cont = (f"\n**Continued pretraining** of `{_rel(parent['path'])}` (its tokenizer and weights; held-out full-CoT "
+                f"{pr.get('cot_accuracy', float('nan')):.3f}, zero-CoT {pr.get('zero_cot_accuracy', float('nan')):.3f} "
+                f"before) on the data below.\n")
+    else:
+        cont = ""
     return f"""# zcp embedded base model
 
 Tiny Llama ({r['parameters']:,} parameters; hidden {c['hidden_size']}, {c['num_layers']} layers,
 {c['num_heads']} heads, MLP {c['intermediate_size']}, tied embeddings) with a byte-level BPE tokenizer
-(vocab {c['vocab_size']}, digits split one per token) and a chat template, pretrained from scratch on CPU by
+(vocab {c['vocab_size']}, digits split one per token) and a chat template, {'trained further' if parent else 'pretrained from scratch'} on CPU by
 
     python train/run_pretrain_base.py seed={c['seed']}{ao_arg}{out_arg}
-
+{cont}
 ## Data (seed {c['seed']})
 - {r['corpus_items']:,} chat-formatted items: word problems from `zcp.data.wordproblems` (all families,
   `NumberRanges({limits})`; question templates and, for {c['rewording_fraction']:.0%} of them, the

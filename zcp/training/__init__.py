@@ -1,7 +1,8 @@
 """Contamination training: LoRA SFT then GRPO (TRL + PEFT) on paraphrased Dataset C, with exposure knobs.
 
 Entry point: `zcp.training.contaminate.contaminate(cfg) -> ContaminationResult` (see `train/run_contaminate.py`).
-Submodules: `data` (variants, CoTs, format mix, clean mix), `sft`, `grpo`, `rewards`. TRL is imported
+Submodules: `data` (variants, CoTs, format mix, answer formats, clean mix, pre-built paraphrase files),
+`sft`, `grpo`, `rewards` (by name), `stages` (the runner of the named pipeline stages). TRL is imported
 only when training runs, so importing this package stays cheap.
 """
 
