@@ -295,7 +295,13 @@ def test_entry_point_reports_bad_config_in_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "unknown detector 'nope'" in lines[0] and "ppl" in lines[0]
-    r = subprocess.run([sys.executable, "evaluate/run_baselines.py", "data.path=/nonexistent.jsonl",
-                        "detectors=[ppl]", f"output_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                       env={"WANDB_MODE": "disabled", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 2 and "nonexistent.jsonl" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # bad data: one line naming the file, before any model loads (in-process: the same code path)
+    from zcp.config import user_errors
+    from zcp.detectors.run import run_baselines
+
+    with pytest.raises(user_errors(), match=r"nonexistent\.jsonl"):
+        run_baselines(_compose(["data.path=/nonexistent.jsonl", "detectors=[ppl]", f"output_dir={tmp_path}",
+                                "logger=none"]))
+    assert not (tmp_path / "config.yaml").exists()
+    with pytest.raises(ConfigError, match=r"data\.path cannot be used"):
+        run_baselines(_compose(["run_dir=outputs/contaminate/x", "data.path=c.jsonl", "logger=none"]))

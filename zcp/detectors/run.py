@@ -293,8 +293,7 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
             key = (det.name, f.name)
             if key in blocks:
                 continue
-            ctx = DetectorContext(**{**ctx_base.__dict__, "file": f.name})
-            ctx.cache = ctx_base.cache
+            ctx = DetectorContext(**{**ctx_base.__dict__, "file": f.name})  # the same cache dict
             reason = det.skip_reason(ctx, f.originals)
             if reason:
                 skipped[det.name] = reason
@@ -428,6 +427,12 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
     job, params = check_config(cfg)
     seed_everything(job.seed)
     if cfg.get("run_dir"):
+        d = to_dict(cfg.data) if cfg.get("data") is not None else {}
+        given = [k for k in ("path", "u_path", "reference_path", "u_reference_path", "manifest", "limit", "sample")
+                 if d.get(k)]
+        if given:
+            raise ConfigError(f"run_dir={cfg.run_dir} takes C, U and references from the run; data.{given[0]} "
+                              "cannot be used with it")
         ref_override = cfg.ref_model.get("path") if cfg.get("ref_model") is not None else None
         inputs = inputs_from_run_dir(str(cfg.run_dir), ref_override)
     else:
