@@ -305,3 +305,32 @@ def test_entry_point_reports_bad_config_in_one_line(tmp_path):
     assert not (tmp_path / "config.yaml").exists()
     with pytest.raises(ConfigError, match=r"data\.path cannot be used"):
         run_baselines(_compose(["run_dir=outputs/contaminate/x", "data.path=c.jsonl", "logger=none"]))
+
+
+def test_job_from_data_files_with_references(tmp_path):
+    """data.path + data.u_path with reference files, through the entry point's function on the shipped model."""
+    from zcp.data.loaders import save_items
+    from zcp.data.wordproblems import generate_word_problems
+    from zcp.detectors.run import run_baselines
+    from zcp.simulate import word_problem_references
+
+    items = generate_word_problems(8, seed=5, id_prefix="w")
+    c, u = items[:4], items[4:]
+    refs = word_problem_references(items, 2, seed=0)
+    save_items(tmp_path / "c.jsonl", c)
+    save_items(tmp_path / "u.jsonl", u)
+    save_items(tmp_path / "c_ref.jsonl", [r for it in c for r in refs[it.id]])
+    out = tmp_path / "out"
+    s = run_baselines(_compose([f"data.path={tmp_path / 'c.jsonl'}", f"data.u_path={tmp_path / 'u.jsonl'}",
+                                f"data.reference_path={tmp_path / 'c_ref.jsonl'}", "detectors=[ppl,mink20]",
+                                f"output_dir={out}", "logger=none"]))
+    assert s["files"]["data"]["n"] == 4 and s["files"]["data"]["n_reference_items"] == 8
+    assert s["files"]["u"]["n_reference_items"] == 0
+    e = s["detectors"]["ppl"]
+    assert e["auroc"] is not None and e["files"]["data"]["p_value"] is not None
+    assert e["files"]["u"]["decision"] is None  # U has no reference set
+    assert {p.name for p in out.iterdir()} >= {"records.jsonl", "summary.json", "baselines.md", "config.yaml",
+                                               "run_meta.json"}
+    rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * ((4 + 8) + 4)
+    assert json.loads((out / "summary.json").read_text())["detectors"]["mink20"]["label"] == "Min-20% Prob"
