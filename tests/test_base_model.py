@@ -124,6 +124,19 @@ def test_pretraining_pipeline_runs_end_to_end(tmp_path) -> None:
     assert sum(p.numel() for p in model.parameters()) == recipe["parameters"]
     assert tok.chat_template and (tmp_path / "m" / "RECIPE.md").exists()
     assert json.loads((tmp_path / "m" / "recipe.json").read_text())["heldout"]["n"] == 4
+    # the direct-answer variant: continued from that model with answer-only examples in the mix
+    cont = pretrain_base_model(dict(
+        out_dir=str(tmp_path / "d"), init_from=str(tmp_path / "m"), answer_only_fraction=0.5, n_train=600,
+        rewording_fraction=0.7, drill_fraction=0.2, batch_size=16, max_steps=5, lr=1e-3, warmup_steps=2,
+        compile=False, bf16=False, n_eval=4, eval_batch_size=4, max_new_tokens=8, reserve_n=60,
+        bucket_widths=[64, 128, 192],
+    ))
+    assert cont["init_from"]["path"] == str((tmp_path / "m").resolve()) and 250 <= cont["answer_only_items"] <= 350
+    assert cont["answer_only_seen"]["n"] == 4 and cont["parameters"] == recipe["parameters"]
+    _, d_tok = load_base_model(tmp_path / "d")
+    assert d_tok.get_vocab() == tok.get_vocab()  # the parent's tokenizer, not a new one
+    md = (tmp_path / "d" / "RECIPE.md").read_text()
+    assert "Continued pretraining" in md and "answer-only" in md
 
 
 def test_tokenizer_training_is_deterministic() -> None:
