@@ -232,8 +232,9 @@ def _server_requests(base_url: str) -> float | None:
     return total if found else None
 
 
-def test_lora_adapter_served_by_vllm_matches_the_merged_transformers_model(world, tmp_path):
-    """model.adapter: transformers merges the PEFT adapter, vLLM serves it as a LoRA request; same scores."""
+def test_lora_adapter_with_vllm_matches_the_merged_transformers_model(world, tmp_path):
+    """model.adapter: transformers merges the PEFT adapter; vLLM scores a merged copy (adapter_mode=merge, the
+    default) and generates through a LoRA request (adapter_mode=lora, which refuses p metrics)."""
     import copy
 
     from peft import LoraConfig, get_peft_model
@@ -244,19 +245,30 @@ def test_lora_adapter_served_by_vllm_matches_the_merged_transformers_model(world
                                 LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
                                            init_lora_weights=False))  # random A and B: the adapter changes outputs
     peft_model.save_pretrained(tmp_path / "adapter")
-    model_dir = str(world["root"] / "model")
-    hf = build_backend({"path": model_dir, "adapter": str(tmp_path / "adapter"), "device": "cpu"})
+    model_dir, adapter = str(world["root"] / "model"), str(tmp_path / "adapter")
+    hf = build_backend({"path": model_dir, "adapter": adapter, "device": "cpu"})
     base = build_backend({"path": model_dir, "device": "cpu"})
-    t0 = time.perf_counter()
-    vl = build_backend({"backend": "vllm", "path": model_dir, "adapter": str(tmp_path / "adapter"), "dtype": "float32",
-                        "vllm": {"enforce_eager": True, "max_model_len": 512, "max_lora_rank": 8}})
-    FIGURES["vllm_lora_engine_start_s"] = round(time.perf_counter() - t0, 1)
+    engine = {"enforce_eager": True, "max_model_len": 512, "max_lora_rank": 8, "merged_dir": str(tmp_path / "merged")}
     cfg = ProbeConfig()
     reqs = [ScoreRequest(zero_cot_prompt(it.question, cfg), it.answer) for it in world["items"]]
-    a, b, c = vl.score(reqs), hf.score(reqs), base.score(reqs)
+    gens = [GenerationRequest(r.prompt, max_new_tokens=12, stop_at_box_close=True) for r in reqs]
+    t0 = time.perf_counter()
+    merged = build_backend({"backend": "vllm", "path": model_dir, "adapter": adapter, "dtype": "float32", "vllm": engine})
+    FIGURES["vllm_merged_adapter_start_s"] = round(time.perf_counter() - t0, 1)
+    a, b, c = merged.score(reqs), hf.score(reqs), base.score(reqs)
     diff = max(abs(x - y) for r, s in zip(a, b, strict=True) for x, y in zip(r.token_logprobs, s.token_logprobs, strict=True))
     moved = max(abs(x - y) for r, s in zip(b, c, strict=True) for x, y in zip(r.token_logprobs, s.token_logprobs, strict=True))
-    FIGURES.update(lora_max_abs_logp_diff=diff, lora_effect_max_abs_logp=moved)
+    same_merged = sum(x == y for x, y in zip(merged.generate(gens), hf.generate(gens), strict=True))
+    del merged
+    lora = build_backend({"backend": "vllm", "path": model_dir, "adapter": adapter, "dtype": "float32",
+                          "vllm": {**engine, "adapter_mode": "lora"}})
+    same_lora = sum(x == y for x, y in zip(lora.generate(gens), hf.generate(gens), strict=True))
+    FIGURES.update(adapter_merge_max_abs_logp_diff=diff, adapter_effect_max_abs_logp=moved,
+                   adapter_generations=len(gens), adapter_identical_generations_merge=same_merged,
+                   adapter_identical_generations_lora=same_lora)
     _write_figures()
     assert moved > 10 * LOGP_TOL  # the adapter matters
     assert diff <= LOGP_TOL, diff
+    assert same_merged == len(gens) and same_lora == len(gens)
+    with pytest.raises(NotImplementedError, match="adapter_mode=merge"):
+        lora.score(reqs[:1])

@@ -36,7 +36,12 @@ class VLLMSettings:
     enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
     enable_prefix_caching: bool = True  # probe prompts share the chat template's head
     max_num_seqs: int | None = None  # null: vLLM's default
-    max_lora_rank: int = 64  # LoRA adapters (model.adapter) are served through vLLM's LoRA support
+    # model.adapter: merge = merged into a copy of the weights under merged_dir (cached by content), so
+    # prompt log-probs are right; lora = served as a vLLM LoRA request (no copy; generation only: vLLM's
+    # prompt_logprobs with LoRA are wrong or crash, vllm-project/vllm#16668, #51594)
+    adapter_mode: str = "merge"
+    merged_dir: str = "outputs/merged_models"
+    max_lora_rank: int = 64
     seed: int = 0
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -48,6 +53,7 @@ class VLLMSettings:
         check_value(self.max_model_len is None or self.max_model_len >= 1, "model.vllm.max_model_len",
                     self.max_model_len, "null or >= 1")
         check_value(self.max_lora_rank >= 1, "model.vllm.max_lora_rank", self.max_lora_rank, ">= 1")
+        check_value(self.adapter_mode in ("merge", "lora"), "model.vllm.adapter_mode", self.adapter_mode, "merge or lora")
 
 
 @dataclass

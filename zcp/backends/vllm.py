@@ -7,7 +7,11 @@ with transformers) and handed to vLLM as token ids, so both engines condition on
 - generation: greedy (or seeded sampling) with the same stop rules: EOS ids of the model's
   generation_config and tokenizer, stop strings, the token budget, and the pre-filled `\\boxed{` cut at
   its closing brace (vLLM generates to the budget; the cut is the same function as transformers');
-- LoRA adapters (`model.adapter`) are served through vLLM's LoRA support (`enable_lora`), not merged;
+- LoRA adapters (`model.adapter`): by default merged into a copy of the weights (`model.vllm.merged_dir`,
+  one folder per base+adapter content, reused), because vLLM's prompt log-probs with a LoRA request are
+  wrong or crash (vllm-project/vllm#16668, #51594: measured here as a shape error in the CPU LoRA
+  logits kernel); `model.vllm.adapter_mode=lora` serves the adapter through vLLM's LoRA support
+  (`enable_lora`, no copy) for generation-only probes (acc/con) and refuses p metrics;
 - tensor / data parallelism and the engine's memory settings come from `model.vllm.*`.
 
 vLLM starts an engine process: a script that builds this backend must run its work under
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
@@ -70,6 +75,9 @@ class VLLMBackend(TokenizedBackend):
         from zcp.backends.config import VLLMSettings
 
         s = settings or VLLMSettings()
+        fingerprint = f"{model_fingerprint(path) or path}+{model_fingerprint(adapter) or adapter}"
+        if adapter and s.adapter_mode == "merge":
+            path, adapter = merge_adapter(path, adapter, s.merged_dir, fingerprint, dtype, trust_remote_code), None
         engine: dict[str, Any] = {
             "model": str(path), "tokenizer": str(path), "dtype": _DTYPES[str(dtype)], "trust_remote_code": trust_remote_code,
             "tensor_parallel_size": s.tensor_parallel_size, "gpu_memory_utilization": s.gpu_memory_utilization,
@@ -87,7 +95,7 @@ class VLLMBackend(TokenizedBackend):
         llm = LLM(**engine)
         tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
         backend = cls(llm, tok, name=str(path), lora_path=adapter, max_length=max_length, **kwargs)
-        backend.fingerprint = f"{model_fingerprint(path) or path}+{model_fingerprint(adapter) or adapter}"
+        backend.fingerprint = fingerprint
         return backend
 
     def model_positions(self) -> int | None:
@@ -107,6 +115,10 @@ class VLLMBackend(TokenizedBackend):
         """Teacher-forced log P(t_k | prompt, t_<k) from vLLM's prompt log-probs, on `encode_for_scoring`'s ids."""
         if not requests:
             return []
+        if self._lora is not None:
+            raise NotImplementedError("model.vllm.adapter_mode=lora: vLLM's prompt log-probs with a LoRA request are "
+                                      "wrong or crash (vllm-project/vllm#16668); use adapter_mode=merge for "
+                                      "p_first/p_all, or probe.metrics=[acc,con]")
         if any(r.distribution_stats for r in requests):
             raise NotImplementedError("model.backend=vllm: distribution_stats (Min-K%++ mean/std over the whole "
                                       "vocabulary) needs every token's log-prob at every position, which vLLM's "
@@ -142,6 +154,37 @@ class VLLMBackend(TokenizedBackend):
         outs = self._run(prompt_ids, params)
         return [self.finish_generation(o.outputs[0].token_ids, self.eos_ids, None, r.stop_at_box_close, r.stop)
                 for r, o in zip(requests, outs, strict=True)]
+
+
+def merge_adapter(path: str, adapter: str, root: str, fingerprint: str, dtype: str = "auto",
+                  trust_remote_code: bool = False) -> str:
+    """A folder holding `path`'s weights with the PEFT `adapter` merged in (and the tokenizer), built once.
+
+    Named by the content fingerprint of base and adapter, so a changed adapter gets a new folder and a
+    rerun reuses the old one; written to a temporary name and renamed (a killed merge leaves no folder).
+    """
+    import os
+
+    from zcp.io import stable_hash
+
+    out = Path(root) / f"{Path(str(adapter).rstrip('/')).name}__{stable_hash(fingerprint, 12)}"
+    if (out / "config.json").exists():
+        return str(out)
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = {"auto": "auto", "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                   "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[str(dtype)]
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, use_safetensors=True,
+                                                 trust_remote_code=trust_remote_code)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code).save_pretrained(tmp)
+    os.replace(tmp, out)
+    log.info("merged adapter %s into %s", adapter, out)
+    return str(out)
 
 
 def from_config(cfg: Any, progress: bool = False) -> VLLMBackend:
