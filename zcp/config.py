@@ -96,10 +96,13 @@ def save_config(cfg: DictConfig, out_dir: Path) -> Path:
 
 
 def model_name(model_cfg: Any) -> str:
-    """`model.name`, or the last component of `model.path` when no name is set."""
+    """`model.name`, else (model.backend=openai) `model.api.model`, else the last component of `model.path`."""
     name = model_cfg.get("name") if model_cfg is not None else None
     if name:
         return str(name)
+    api = (model_cfg.get("api") if model_cfg is not None else None) or {}
+    if model_cfg is not None and model_cfg.get("backend") == "openai" and api.get("model"):
+        return str(api["model"])  # a served model: its name, not the (unused) local path
     path = str(model_cfg.get("path") or "model").rstrip("/")
     return Path(path).name or path
 

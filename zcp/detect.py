@@ -547,8 +547,11 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     from zcp.backends.config import model_config
     from zcp.backends.registry import check_paths
 
-    check_paths(model_config(cfg.model))  # before anything is read or loaded
-    weights = {"model": model_fingerprint(cfg.model.get("path")), "adapter": model_fingerprint(cfg.model.get("adapter"))}
+    mc = model_config(cfg.model)
+    check_paths(mc)  # before anything is read or loaded
+    local = mc.backend != "openai"  # a served model has no local weights to fingerprint
+    weights = {"model": model_fingerprint(mc.path) if local else None,
+               "adapter": model_fingerprint(mc.adapter) if local else None}
     out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
                               alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),

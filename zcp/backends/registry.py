@@ -77,9 +77,11 @@ def check_paths(cfg: ModelConfig) -> None:
 
 
 def default_name(cfg: ModelConfig) -> str:
-    """`name`, else the last component of `path`."""
+    """`name`, else (API) the served model's name, else the last component of `path`."""
     if cfg.name:
         return str(cfg.name)
+    if cfg.backend == "openai" and cfg.api.model:
+        return str(cfg.api.model)
     path = str(cfg.path or "model").rstrip("/")
     return Path(path).name or path
 
