@@ -104,6 +104,14 @@ def test_tpr_at_5_percent_fpr():
     assert tpr_at_fpr(a, b) == pytest.approx(brute)
 
 
+def test_zlib_ratio_is_mean_log_likelihood_over_compressed_length():
+    import zlib
+
+    text = "Ann has 5 pens and 5 more pens."
+    res = ScoreResult((-1.0, -2.0, -3.0))
+    assert get_detector("zlib")._score(res, text) == pytest.approx(-2.0 / len(zlib.compress(text.encode())))
+
+
 def test_min_k_and_min_k_plus_plus():
     assert lowest_k_mean([-1, -5, -3, -2, -4, -6, -7, -8, -9, -10], 20) == pytest.approx(-9.5)
     assert lowest_k_mean([-1.0, -2.0], 5) == -2.0  # at least one token

@@ -51,6 +51,7 @@ class DetectorSpec:
     family: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)  # constructor defaults of this variant
     cite: str = ""
+    version: int = 1  # raised when the scoring changes: records of an older version are not resumed
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

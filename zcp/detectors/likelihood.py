@@ -16,9 +16,10 @@ each position) serves every detector of this module with the same `text` in a ru
 
 Scores (higher = more likely leaked; log p are natural-log token log-probabilities of the text):
 - ``ppl``: -log perplexity = mean_t log p(t) (Shi et al. 2023's PPL baseline, sign flipped).
-- ``zlib`` (Carlini et al. 2021): log-likelihood / zlib entropy = sum_t log p(t) / len(zlib(text)) in
-  bytes; the log-likelihood is negative, so the ratio is higher for text the model finds likely relative to
-  its compressibility (Carlini et al. rank by perplexity/zlib, low = memorised; this is its negative).
+- ``zlib`` (Carlini et al. 2021): log-likelihood / zlib entropy = mean_t log p(t) / len(zlib(text)) in
+  bytes (Carlini et al.'s ratio of log perplexity to zlib entropy, negated, as the Min-K% code computes it);
+  the log-likelihood is negative, so the ratio is higher for text the model finds likely relative to its
+  compressibility.
 - ``minkK`` (Min-K% Prob, Shi et al. 2023): mean log p over the K% lowest-probability tokens
   (K in 5, 10, 20, 30, 50; ``mink`` = 20; at least one token).
 - ``minkppK`` (Min-K%++, Zhang et al. 2024): per token (log p - mu) / sigma with mu, sigma the mean and std
@@ -150,12 +151,13 @@ class Perplexity(_Likelihood):
         return -mean_loss(res)
 
 
-@register_detector(DetectorSpec("zlib", "zlib ratio", "score", _SCORE, "likelihood", cite="Carlini et al. 2021"))
+@register_detector(DetectorSpec("zlib", "zlib ratio", "score", _SCORE, "likelihood", cite="Carlini et al. 2021",
+                                version=2))
 class ZlibRatio(_Likelihood):
-    """Score = total log-likelihood / zlib-compressed length of the text in bytes."""
+    """Score = mean token log-likelihood / zlib-compressed length of the text in bytes."""
 
     def _score(self, res: ScoreResult, text: str) -> float:
-        return float(np.sum(res.token_logprobs)) / len(zlib.compress(text.encode("utf-8")))
+        return float(np.mean(res.token_logprobs)) / len(zlib.compress(text.encode("utf-8")))
 
 
 class MinK(_Likelihood):

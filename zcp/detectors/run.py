@@ -270,8 +270,8 @@ def load_finished(path: Path, expected: dict[tuple[str, str], int]) -> dict[tupl
 
 
 def params_hash(det: Any) -> str:
-    """Hash of a detector's name and parameters (a block's rows carry it)."""
-    return stable_hash(json.dumps([det.name, det.params()], sort_keys=True, default=str), 12)
+    """Hash of a detector's name, scoring version and parameters (a block's rows carry it)."""
+    return stable_hash(json.dumps([det.name, det.spec.version, det.params()], sort_keys=True, default=str), 12)
 
 
 # ------------------------------------------------------------------------------------------ the job
@@ -284,7 +284,8 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
     hashes = {d.name: params_hash(d) for d in detectors}
     for (name, _file), rows in blocks.items():
         if rows[0].get("params_hash") != hashes.get(name):
-            raise RunDirError(f"{out} holds {name} records with other parameters; use a new output_dir")
+            raise RunDirError(f"{out} holds {name} records with other parameters (or of an older version of the "
+                              "detector); use a new output_dir")
     if blocks:
         log.info("resuming: %d of %d (detector, file) blocks finished", len(blocks), len(expected))
     skipped: dict[str, str] = {}
