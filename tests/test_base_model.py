@@ -168,3 +168,23 @@ def test_answer_only_mix_share_and_benchmark_pool_excluded() -> None:
         mix_answer_only(leaked, 1.0, seed=0, exclude=pool)
     with pytest.raises(ValueError, match="answer_only_fraction"):
         mix_answer_only(corpus, 1.5, seed=0)
+
+
+def test_direct_answer_variant_keeps_cot_and_answers_without_it() -> None:
+    """zcp/assets/base_model_direct: the shipped model's full-CoT quality, plus a measurable zero-CoT accuracy
+    (the direct-answer pathway) on reserved items it never saw, re-measured live on 100 of them."""
+    from zcp.modeling import zero_cot_accuracy
+
+    direct = PATH.parent / "base_model_direct"
+    if not (direct / "model.safetensors").is_file():
+        pytest.skip("direct-answer variant not present")
+    rec = json.loads((direct / "recipe.json").read_text())
+    shipped_rec = json.loads((PATH / "recipe.json").read_text())
+    assert rec["config"]["answer_only_fraction"] > 0 and rec["answer_only_items"] > 0
+    assert rec["heldout"]["cot_accuracy"] >= shipped_rec["heldout"]["cot_accuracy"] - 0.02
+    assert rec["heldout"]["zero_cot_accuracy"] >= shipped_rec["heldout"]["zero_cot_accuracy"] + 0.05
+    model, tok = load_base_model(direct)
+    items = benchmark_pool(100)
+    live = zero_cot_accuracy(model, tok, items)["accuracy"]
+    base = zero_cot_accuracy(*load_base_model(), items)["accuracy"]
+    assert live >= base + 0.04, (live, base)

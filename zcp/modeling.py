@@ -532,8 +532,9 @@ def _recipe_md(r: Mapping[str, Any]) -> str:
     else:
         data_ao = "  Chain-of-thought only: no answer-only examples."
     seen = r.get("answer_only_seen")
-    seen_line = ("" if not seen else f"\nZero-CoT on {seen['n']} answer-only *training* items (seen): "
-                 f"{seen['zero_cot_accuracy']:.3f} (per family {seen['per_family']}).\n")
+    seen_fams = ", ".join(f"{'drills' if f == '?' else f} {a:.2f}" for f, a in (seen or {}).get("per_family", {}).items())
+    seen_line = ("" if not seen else f"\nZero-CoT on the first {seen['n']} answer-only *training* items (seen in "
+                 f"training): {seen['zero_cot_accuracy']:.3f} ({seen_fams}).\n")
     out_dir = c.get("out_dir", "")
     out_arg = "" if out_dir.rstrip("/").endswith("assets/base_model") else f" out_dir={_rel(out_dir)}"
     ao_arg = f" answer_only_fraction={ao} max_steps={c['max_steps']}" if ao else ""
