@@ -7,9 +7,10 @@ the key named. Ranges and choices are checked by each dataclass's `__post_init__
 `validate(cfg)` runs right after composition — before any file is read or any model loads.
 
 Groups: `stats` (the test), `run` (probing in chunks), `detect` (the simulation's detection stage),
-`exposure` (the contamination knobs), `data` (a benchmark file, its reference set and variants; every
+`exposure` (the contamination knobs), `model` (zcp.backends.config.ModelConfig), `data` (a benchmark file, its reference set and variants; every
 conf/data/*.yaml extends conf/data/jsonl.yaml, which extends this schema). The `train.sft` / `train.grpo` groups are checked field by field
-against TRL's own dataclasses (zcp.training.sft).
+against TRL's own dataclasses (zcp.training.sft). `ablation` (evaluate/run_ablations.py) and `report`
+(evaluate/run_report.py) type the paper's ablations and the detector study report.
 """
 
 from __future__ import annotations
@@ -108,9 +109,18 @@ class ExposureConfig:
     lora_r: Any = "${train.lora.r}"
     grpo_steps: Any = "${train.grpo.max_steps}"  # 0 = skip GRPO
     grpo_prompts: str = "variants"  # variants (paraphrased C, evasive) | originals (the C questions)
+    # how leaked completions (and GRPO's format reward) state the answer: probe (the probe's pre-fill line) |
+    # hash (#### 42) | sentence (The answer is 42.) | boxed (a bare \boxed{42}) | mix (one of the four per example)
+    answer_format: str = "probe"
+    paraphrases_path: Any = None  # pre-built paraphrase variants (e.g. the release's) instead of paraphrasing
+    paraphrases_format: str = "items"  # zcp.data.loaders format of that file (items | zcp_release | jsonl ...)
+    paraphrases_variant: Any = None  # zcp_release: paraphrased
+    paraphrases_pair_by: Any = None  # original_id | original_index | id | position (null: what the rows carry)
 
     def __post_init__(self) -> None:
         check_value(self.k >= 0, "exposure.k", self.k, ">= 0")
+        check_value(self.answer_format in ("probe", "hash", "sentence", "boxed", "mix"), "exposure.answer_format",
+                    self.answer_format, "one of probe, hash, sentence, boxed, mix")
         check_value(0.0 < self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction, "in (0, 1]")
         check_value(0.0 <= self.answer_only_fraction <= 1.0, "exposure.answer_only_fraction", self.answer_only_fraction,
                "in [0, 1]")
@@ -176,6 +186,12 @@ class DataConfig:
     generator_seed: int | None = None  # generators: null = the run's seed
     n_per_stage: int | None = None  # format arithmark: records per stage
     families: list[str] | None = None  # format wordproblems: families to generate (null: all)
+    # evaluate/run_baselines.py (zcp.detectors): a second file U beside `path` (= C), and the metadata the
+    # guided-instruction detector names (Golchin & Surdeanu 2023)
+    u_path: Any = None
+    u_reference_path: Any = None
+    dataset_name: str | None = None
+    split_name: str | None = None
 
     def __post_init__(self) -> None:
         for key, val in (("format", self.format), ("reference_format", self.reference_format),
@@ -195,8 +211,74 @@ class DataConfig:
                "null when data.limit is set (limit = the first N, sample = N at random: choose one)")
 
 
+ABLATIONS = ("truncation", "full_cot", "sample_size")
+TRUNCATION_METRICS = ("acc", "p_first", "p_all")
+
+
+@dataclass
+class AblationConfig:
+    """The paper's ablations (evaluate/run_ablations.py): truncation curve, full-CoT, sample size."""
+
+    ratios: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # share of the CoT kept
+    unit: str = "auto"  # what the ratio counts: auto (tokens if the backend has a tokenizer, else words) | tokens | words
+    metrics: list[str] = field(default_factory=lambda: list(TRUNCATION_METRICS))  # truncation and full-CoT metrics
+    max_draws: int | None = None  # reference draws per item probed (the first ones); null = all of the run's
+    sizes: list[int] = field(default_factory=lambda: [10, 25, 50, 100, 200])  # N (those <= n; "all" is added)
+    subsets: int = 20  # R random item subsets per N
+    subset_seed: int = 0
+    subset_bootstrap_samples: int = 1000  # B per seed of the continuous metrics' test in each subset
+    records: str | None = None  # detection records.jsonl of the N study; null = the run dir's newest detect/FT*/
+
+    def __post_init__(self) -> None:
+        check_value(len(self.ratios) >= 1 and all(0.0 <= float(r) <= 1.0 for r in self.ratios), "ablation.ratios",
+                    list(self.ratios), "a non-empty list of values in [0, 1]")
+        check_value(self.unit in ("auto", "tokens", "words"), "ablation.unit", self.unit, "auto, tokens or words")
+        check_value(len(self.metrics) >= 1 and set(self.metrics) <= set(TRUNCATION_METRICS), "ablation.metrics",
+                    list(self.metrics), f"a non-empty subset of {list(TRUNCATION_METRICS)}")
+        check_value(self.max_draws is None or self.max_draws >= 1, "ablation.max_draws", self.max_draws, "null or >= 1")
+        check_value(len(self.sizes) >= 1 and all(int(n) >= 2 for n in self.sizes), "ablation.sizes", list(self.sizes),
+                    "a non-empty list of sizes >= 2")
+        check_value(self.subsets >= 1, "ablation.subsets", self.subsets, ">= 1")
+        check_value(self.subset_bootstrap_samples >= 1, "ablation.subset_bootstrap_samples",
+                    self.subset_bootstrap_samples, ">= 1")
+
+
+@dataclass
+class StudyRunConfig:
+    """One contamination condition of the detector study: its run dirs (null: left out of the report)."""
+
+    run_dir: str | None = None  # outputs/contaminate/<run> (detect/FT* gives ZCP)
+    ablations_dir: str | None = None  # outputs/ablations/<run> of evaluate/run_ablations.py
+    baselines_dir: str | None = None  # output dir of evaluate/run_baselines.py (its summary.json)
+
+
+@dataclass
+class ReportConfig:
+    """The detector study report (evaluate/run_report.py): verbatim vs paraphrased leaks."""
+
+    verbatim: StudyRunConfig = field(default_factory=StudyRunConfig)  # exposure.k=0: the originals leaked
+    paraphrased: StudyRunConfig = field(default_factory=StudyRunConfig)  # the demo default (k paraphrases)
+    metrics: list[str] = field(default_factory=lambda: ["acc", "con", "p_first", "p_all"])  # ZCP metrics shown
+    title: str = "Detector study"
+
+    def __post_init__(self) -> None:
+        for key in ("verbatim", "paraphrased"):
+            val = getattr(self, key)
+            if isinstance(val, dict):
+                unknown = sorted(set(val) - set(StudyRunConfig.__dataclass_fields__))
+                check_value(not unknown, f"report.{key}", unknown, "free of unknown keys")
+                setattr(self, key, StudyRunConfig(**val))
+        check_value(len(self.metrics) >= 1 and set(self.metrics) <= {"acc", "con", "p_first", "p_all"},
+                    "report.metrics", list(self.metrics), "a non-empty subset of [acc, con, p_first, p_all]")
+
+
 SCHEMAS: dict[str, type] = {"stats": StatsConfig, "run": RunConfig, "detect": SimDetectConfig,
-                            "exposure": ExposureConfig, "data": DataConfig}
+                            "exposure": ExposureConfig, "data": DataConfig, "ablation": AblationConfig,
+                            "report": ReportConfig}
+
+from zcp.backends.config import ModelConfig  # noqa: E402  (the `model` group; it imports this module late)
+
+SCHEMAS["model"] = ModelConfig
 
 
 def register_schemas() -> None:
