@@ -326,6 +326,10 @@ def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
     for override in ("exposure.answer_format=hash", "exposure.paraphrases_path=x.jsonl", "train.rewards.format=0.5",
                      "split.c_path=c.jsonl"):
         assert _run_dir(_compose(override)) != _run_dir(new), override
+    # backend-only model settings (vLLM, API, batch sizes) do not decide training: same run dir
+    for override in ("model.gen_batch_size=7", "model.vllm.max_num_seqs=3", "model.api.concurrency=2"):
+        assert _run_dir(_compose(override)) == _run_dir(new), override
+    assert _run_dir(_compose("model.dtype=float32")) != _run_dir(new)
     # the LLM paraphraser's model only matters when that paraphraser is used
     assert _run_dir(_compose("paraphrase.model.path=somewhere")) == _run_dir(new)
     assert _run_dir(_compose("exposure.paraphraser=llm", "paraphrase.model.path=a")) != \

@@ -61,6 +61,9 @@ _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
     "split": {"c_path": None, "u_path": None},
     "benchmark": {"variant": None},
 }
+# The `model` keys that decide what is trained (the rest - backend, vllm, api, batch sizes, probe settings -
+# only serve detection and inference, and grow as backends do): only these enter the fingerprint.
+_MODEL_TRAINING_KEYS = ("path", "adapter", "dtype", "trust_remote_code", "chat", "chat_template_kwargs")
 # GRPO rewards by name (train.rewards: name -> weight); without it, these two (weights from
 # train.grpo.reward_weights, TRL's positional list, as older profiles give them).
 DEFAULT_REWARDS = ("correctness", "format")
@@ -96,7 +99,7 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
 
 def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The config as the fingerprint sees it: new keys at their defaults dropped, the `paraphrase` model
-    section only when the LLM paraphraser uses it, and `train.rewards` of the default pair written as the
+    section only when the LLM paraphraser uses it, of `model` only the keys training reads, and `train.rewards` of the default pair written as the
     positional `train.grpo.reward_weights` older configs used (same training, same hash)."""
     fp = json.loads(json.dumps({k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}, default=str))
     for section, defaults in _NEW_KEY_DEFAULTS.items():
@@ -107,6 +110,8 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
                     del sub[key]
     if (fp.get("exposure") or {}).get("paraphraser") != "llm":
         fp.pop("paraphrase", None)
+    if isinstance(fp.get("model"), dict):
+        fp["model"] = {k: v for k, v in fp["model"].items() if k in _MODEL_TRAINING_KEYS and v not in (None, {})}
     train = fp.get("train")
     if isinstance(train, dict) and "rewards" in train:
         rewards = train.pop("rewards")
