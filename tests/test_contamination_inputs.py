@@ -377,3 +377,25 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
     assert counts["n_variants"] == 4 and all(v["question"].startswith("Here is a rewrite, version") for v in variants)
     with pytest.raises(ValueError, match=r"paraphrase\.model\.path"):
         tdata.make_variants(items[:1], 1, seed=0, paraphraser="llm")
+
+
+def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path):
+    """run_config.json written with the full model section and without the new keys (as before issue #11):
+    the same training config is accepted, a different one still refused."""
+    from zcp.training.contaminate import _config_fingerprint, _fingerprint_check
+
+    cfg = _compose()
+    old_fp = json.loads(json.dumps({k: v for k, v in cfg.items()
+                                    if k not in ("logger", "output_dir", "hydra", "stages", "detect", "probe",
+                                                 "stats", "run")}))
+    for key in ("answer_format", "paraphrases_path", "paraphrases_format", "paraphrases_variant", "paraphrases_pair_by"):
+        del old_fp["exposure"][key]
+    del old_fp["paraphrase"], old_fp["split"]["c_path"], old_fp["split"]["u_path"], old_fp["benchmark"]["variant"]
+    old_fp["train"]["grpo"]["reward_weights"] = list(old_fp["train"].pop("rewards").values())
+    old_fp["model"]["vllm"]["some_later_key"] = 1  # a backend setting added later
+    old_fp["base_model_fingerprint"] = _config_fingerprint(cfg)["base_model_fingerprint"]
+    (tmp_path / "run_config.json").write_text(json.dumps({"fingerprint": old_fp, "config": cfg}))
+    _fingerprint_check(tmp_path, cfg)  # accepted
+    changed = {**cfg, "exposure": {**cfg["exposure"], "k": 3}}
+    with pytest.raises(ValueError, match="different config"):
+        _fingerprint_check(tmp_path, changed)

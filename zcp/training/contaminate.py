@@ -99,8 +99,9 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
 
 def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The config as the fingerprint sees it: new keys at their defaults dropped, the `paraphrase` model
-    section only when the LLM paraphraser uses it, of `model` only the keys training reads, and `train.rewards` of the default pair written as the
-    positional `train.grpo.reward_weights` older configs used (same training, same hash)."""
+    section only when the LLM paraphraser uses it, of `model` only the keys training reads, and
+    `train.rewards` of the default pair written as the positional `train.grpo.reward_weights` older
+    configs used (same training, same hash)."""
     fp = json.loads(json.dumps({k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}, default=str))
     for section, defaults in _NEW_KEY_DEFAULTS.items():
         sub = fp.get(section)
@@ -176,9 +177,10 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
     path = run_dir / "run_config.json"
     if path.exists():
         old = read_json(path)
-        if old.get("fingerprint") != fp:
-            diff = sorted(k for k in set(old.get("fingerprint", {})) | set(fp)
-                          if old.get("fingerprint", {}).get(k) != fp.get(k))
+        # a run made before keys were added or left out of the fingerprint: compare in today's canonical form
+        stored = _canonical(old.get("fingerprint") or {})
+        if stored != fp:
+            diff = sorted(k for k in set(stored) | set(fp) if stored.get(k) != fp.get(k))
             raise ValueError(f"{run_dir} holds a run with a different config (sections {diff} differ); "
                              "use a fresh output_dir")
         return
