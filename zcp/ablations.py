@@ -445,7 +445,7 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     from zcp.data.loaders import load_items
     from zcp.data.split import Manifest
     from zcp.schemas import validate
-    from zcp.simulate import _references
+    from zcp.simulate import simulation_splits
 
     root = Path(run_dir)
     for need in ("run_config.json", "manifest.json", "benchmark_items.jsonl", "model"):
@@ -457,9 +457,8 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     items = load_items(str(root / "benchmark_items.jsonl"), format="items")
     manifest = Manifest.load(str(root / "manifest.json"))
     ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
-    refs = _references(cfg, items, det.m * len(det.seeds), int(ref_seed))
-    datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub})
-                for split, sub in (("C", manifest.subset(items, "C")), ("U", manifest.subset(items, "U")))]
+    groups, refs, _ = simulation_splits(cfg, items, manifest)
+    datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}) for split, sub in groups.items()]
     stats = stats or st
     settings = DetectSettings(seeds=det.seeds, bootstrap_samples=stats.bootstrap_samples, alpha=stats.alpha,
                               test=stats.test, reference_draws="per_seed")

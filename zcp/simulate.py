@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,11 @@ log = logging.getLogger(__name__)
 
 
 def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[str, list[Item]]:
-    """n_draws distinct exact perturbations per generated word problem (re-executed programs)."""
+    """n_draws distinct exact perturbations per generated word problem (re-executed programs).
+
+    An item whose program admits no valid perturbation (e.g. a divisibility constraint on two small numbers)
+    has no key in the result: it cannot be tested and `simulation_splits` leaves it out, counted.
+    """
     from zcp.data.wordproblems import perturb_word_problem
 
     out: dict[str, list[Item]] = {}
@@ -40,7 +45,11 @@ def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[
         seen = {it.question}
         attempt = 0
         while len(draws) < n_draws and attempt < 20 * n_draws:
-            r = perturb_word_problem(it, seed=seed * 1_000_003 + attempt)
+            try:
+                r = perturb_word_problem(it, seed=seed * 1_000_003 + attempt)
+            except ValueError as e:  # no valid perturbation exists at all (deterministic): the item has no reference
+                log.warning("%s; the item is left out of detection", e)
+                break
             attempt += 1
             if r.question in seen:
                 continue
@@ -50,7 +59,7 @@ def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[
             r.metadata = {**r.metadata, "original_id": it.id, "draw": j}
             draws.append(r)
         if not draws:
-            raise RuntimeError(f"item {it.id}: no valid perturbation found")
+            continue
         # A small value space gives fewer than n_draws distinct draws: the item keeps only those (a copy of a
         # draw is not a new version: counted twice it would make the permutation test anti-conservative).
         for r in draws:
@@ -65,13 +74,39 @@ def _references(cfg: dict[str, Any], items: list[Item], n_draws: int, seed: int)
         from zcp.data.loaders import load_paired
 
         return load_paired(d["reference_path"], items, d.get("reference_format", "items"))
-    source = (cfg.get("benchmark") or {}).get("source", "wordproblems")
-    if source != "wordproblems":
-        from zcp.config import ConfigError
-
-        raise ConfigError("detect.reference_path is required for a benchmark that is not generated "
-                         "(build one with evaluate/run_build_data.py)")
+    check_reference_source(cfg)
     return word_problem_references(items, n_draws, seed)
+
+
+def check_reference_source(cfg: Any) -> None:
+    """ConfigError unless the detection stage can get references: generated word problems are perturbed
+    in place; any other benchmark needs detect.reference_path. Checked before training starts."""
+    if ((cfg.get("detect") or {}).get("reference_path")
+            or (cfg.get("benchmark") or {}).get("source", "wordproblems") == "wordproblems"):
+        return
+    from zcp.config import ConfigError
+
+    raise ConfigError("detect.reference_path is required for a benchmark that is not generated "
+                      "(build one with evaluate/run_build_data.py)")
+
+
+def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any,
+                      splits: Sequence[str] = ("C", "U")) -> tuple[dict[str, list[Item]], dict[str, list[Item]], list[str]]:
+    """The detection stage's inputs from a run's config, items and manifest: the items of each split that have
+    reference draws, their draws (m x len(seeds), the run's reference seed: the same draws every job rebuilds),
+    and the ids left out for want of any reference. Shared by the detection stage, the ablations and the
+    baselines so all three probe exactly the same items."""
+    from zcp.schemas import validate
+
+    det = validate({"detect": cfg.get("detect") or {}})["detect"]
+    ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
+    refs = _references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed))
+    missing = sorted(it.id for it in items if not refs.get(it.id))
+    if missing:
+        log.warning("%d item(s) without any reference draw are left out of detection: %s", len(missing),
+                    ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+    groups = {s: [it for it in manifest.subset(items, s) if refs.get(it.id)] for s in splits}
+    return groups, refs, missing
 
 
 def _did_rows(runs: dict[str, Path], splits: list[str], metrics: list[str], settings: DetectSettings) -> list[dict]:
@@ -160,11 +195,9 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     probe = probe_config(c.get("probe") or {}, c.get("model"))
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
-    ref_seed = det.reference_seed if det.reference_seed is not None else int(c.get("seed", 0))
-    refs = _references(c, items, m * len(seeds), int(ref_seed))
+    groups, refs, missing = simulation_splits(c, items, manifest)
     leaked = set(result.leaked_ids)
     datasets = []
-    groups = {"C": manifest.subset(items, "C"), "U": manifest.subset(items, "U")}
     if len(leaked) < len(groups["C"]):  # leak_fraction < 1: also report the leaked and unleaked parts of C
         groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked]
         groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked]
@@ -202,7 +235,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     sim = {
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
         "items_with_fewer_distinct_draws": sorted(
-            k for k, v in refs.items() if len(v) < m * len(seeds)),
+            k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),
+        "items_without_reference": missing,
         "seeds_vary": "stability display only: Monte Carlo stream and the seed's disjoint share of the reference "
                       "draws; the verdict is one test over all draws; training uses `seed` once",
         "models": models, "table6": result.table6,
@@ -239,6 +273,8 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
     unknown = set(stages) - {"contaminate", "detect"}
     if unknown:
         raise ValueError(f"unknown stages {sorted(unknown)} (contaminate, detect)")
+    if "detect" in stages:
+        check_reference_source(cfg)
     result = contaminate(cfg)
     out: dict[str, Any] = {"contamination": result}
     if "detect" in stages:

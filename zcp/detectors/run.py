@@ -159,7 +159,7 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
     """C, U, model, reference model, references and detection records of a contamination run directory."""
     from zcp.data.loaders import load_items
     from zcp.data.split import Manifest
-    from zcp.simulate import _references
+    from zcp.simulate import simulation_splits
 
     run = Path(run_dir)
     for name in ("manifest.json", "benchmark_items.jsonl", "exposure.json", "run_config.json", "model"):
@@ -168,14 +168,10 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
     items = load_items(run / "benchmark_items.jsonl", "items")
     manifest = Manifest.load(run / "manifest.json")
     conf = (read_json(run / "run_config.json") or {}).get("config") or {}
-    det = conf.get("detect") or {}
-    m, seeds = int(det.get("m", 3)), list(det.get("seeds") or [0, 1, 2])
-    ref_seed = det.get("reference_seed")
-    ref_seed = int(conf.get("seed", 0)) if ref_seed is None else int(ref_seed)
-    refs = _references(conf, items, m * len(seeds), ref_seed)
+    groups, refs, _ = simulation_splits(conf, items, manifest)
     files = {}
     for key, split in (("data", "C"), ("u", "U")):
-        sub = manifest.subset(items, split)
+        sub = groups[split]
         files[key] = FileData(key, f"{run / 'benchmark_items.jsonl'}#{split}", sub, {it.id: refs[it.id] for it in sub})
     exposure = read_json(run / "exposure.json")
     return JobInputs(files, str(run / "model"), None, ref_override or exposure.get("base_model"), _newest_records(run),
