@@ -112,7 +112,9 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if (fp.get("exposure") or {}).get("paraphraser") != "llm":
         fp.pop("paraphrase", None)
     if isinstance(fp.get("model"), dict):
-        fp["model"] = {k: v for k, v in fp["model"].items() if k in _MODEL_TRAINING_KEYS and v not in (None, {})}
+        # at their defaults (no adapter, chat on, no template kwargs) the keys are left out, as older configs lacked them
+        fp["model"] = {k: v for k, v in fp["model"].items() if k in _MODEL_TRAINING_KEYS
+                       and v not in (None, {}) and not (k == "chat" and v is True)}
     train = fp.get("train")
     if isinstance(train, dict) and "rewards" in train:
         rewards = train.pop("rewards")
