@@ -524,7 +524,7 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     if "full_cot" in which and "truncation" not in which:
         which.append("truncation")  # the full-CoT table reads the truncation records at r = 0 and 1
     ratios = sorted({float(r) for r in ab.ratios} | ({0.0, 1.0} if "full_cot" in which else set()))
-    probe = probe_config(cfg.probe)
+    probe = probe_config(cfg.probe, model_cfg)  # the model's own probe settings (model.probe.*) over the group
     weights = {"model": model_fingerprint(model_cfg["path"]) if "truncation" in which else None,
                "records": stable_hash(records_path.read_text(), 16) if "sample_size" in which else None}
     name = Path(str(cfg.run_dir)).name if cfg.get("run_dir") else \
