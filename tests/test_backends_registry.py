@@ -196,3 +196,24 @@ def test_max_length_caps_the_context_a_probe_may_use(tiny_model, tiny_tok):
     assert fit_context(units, full, probe, "skip") == (units, [])
     kept, report = fit_context(units, capped, probe, "skip")
     assert kept == [] and report[0]["context_length"] == 40
+
+
+def test_table6_evaluation_renders_with_the_model_configs_chat_template_kwargs(monkeypatch):
+    """The contamination job's full-CoT evaluation (Table 6) holds its model in memory; it must render the
+    prompts as training and detection do (Qwen3 non-thinking), not in the template's default mode."""
+    from zcp.backends.tokenized import TokenizedBackend
+    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.training.contaminate import full_cot_eval
+
+    tok = train_tokenizer([f"Ann has {i} pens. How many pens? {i}" for i in range(60)], vocab_size=300,
+                          chat_template=THINK_TEMPLATE)
+    model = tiny_llama(tok, hidden=32, layers=1, heads=2)
+    rendered: list[str] = []
+    real = TokenizedBackend.render
+    monkeypatch.setattr(TokenizedBackend, "render", lambda self, p: rendered.append(real(self, p)) or rendered[-1])
+    items = [Item("q0", "Ann has 3 pens. How many pens?", "3")]
+    full_cot_eval(model, tok, items, max_new_tokens=2, chat_template_kwargs={"enable_thinking": False})
+    assert rendered and all(r.endswith("NOTHINK ") for r in rendered)
+    rendered.clear()
+    full_cot_eval(model, tok, items, max_new_tokens=2)  # the template's default: thinking mode
+    assert rendered and all(r.endswith("THINK ") and not r.endswith("NOTHINK ") for r in rendered)

@@ -5,7 +5,7 @@
 """
 
 from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest, ScoreResult
-from zcp.backends.registry import backend_names, build_backend, register_backend
+from zcp.backends.registry import backend_names, build_backend, register_backend, wrap_model
 
 __all__ = ["Backend", "GenerationRequest", "Prompt", "ScoreRequest", "ScoreResult", "backend_names",
-           "build_backend", "register_backend"]
+           "build_backend", "register_backend", "wrap_model"]

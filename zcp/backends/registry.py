@@ -103,3 +103,14 @@ def build_backend(model_cfg: Any, progress: bool = False) -> Any:
     if render:
         backend.fingerprint = f"{getattr(backend, 'fingerprint', '')}|{json.dumps(render, sort_keys=True)}"
     return backend
+
+
+def wrap_model(model: Any, tokenizer: Any, *, chat_template_kwargs: dict[str, Any] | None = None, chat: bool = True,
+               gen_batch_size: int = 64, **kwargs: Any) -> Any:
+    """The `hf` engine over a model already in memory (one a training job holds: Table 6's evaluation),
+    rendered with the model config's options (`chat_template_kwargs`, e.g. Qwen3's enable_thinking=False,
+    and `chat`) so its prompts are the ones the model was trained and is probed on."""
+    from zcp.backends.hf import HFBackend
+
+    return HFBackend(model, tokenizer, chat_template_kwargs=chat_template_kwargs, chat=chat,
+                     gen_batch_size=gen_batch_size, **kwargs)

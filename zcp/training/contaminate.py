@@ -340,12 +340,17 @@ def build_training_data(cfg: Mapping[str, Any], items: list[Item], manifest: Any
 
 # ---------------------------------------------------------------------------------------------- eval
 def full_cot_eval(model: Any, tokenizer: Any, items: Sequence[Item], *, max_new_tokens: int = 256,
-                  batch_size: int = 64, chat: bool = True) -> list[dict[str, Any]]:
-    """Greedy full-CoT generation on each item's question; per-item pred / correct / malformed records."""
-    from zcp.backends.base import GenerationRequest, Prompt
-    from zcp.backends.hf import HFBackend
+                  batch_size: int = 64, chat: bool = True,
+                  chat_template_kwargs: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Greedy full-CoT generation on each item's question; per-item pred / correct / malformed records.
 
-    backend = HFBackend(model, tokenizer, gen_batch_size=batch_size)
+    Rendered with the model config's `chat_template_kwargs` (Qwen3's enable_thinking=False), as training and
+    detection render it."""
+    from zcp.backends import wrap_model
+    from zcp.backends.base import GenerationRequest, Prompt
+
+    backend = wrap_model(model, tokenizer, gen_batch_size=batch_size,
+                         chat_template_kwargs=dict(chat_template_kwargs or {}))
     outs = backend.generate([GenerationRequest(Prompt(user=it.question, chat=chat), max_new_tokens=max_new_tokens)
                              for it in items])
     rows = []
@@ -362,7 +367,8 @@ def _eval_subset(items: Sequence[Item], max_items: int | None) -> list[Item]:
 
 
 def _evaluate_stage(stage: str, model_fn: Any, tokenizer: Any, splits: dict[str, list[Item]], run_dir: Path,
-                    ecfg: Mapping[str, Any], chat: bool) -> tuple[dict[str, Any], bool]:
+                    ecfg: Mapping[str, Any], chat: bool,
+                    chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """Accuracy per split for one model (cached in eval/<stage>.json); returns (summary, was_run)."""
     out = run_dir / "eval" / f"{stage}.json"
     if out.exists():
@@ -376,7 +382,8 @@ def _evaluate_stage(stage: str, model_fn: Any, tokenizer: Any, splits: dict[str,
         if not its:
             continue
         rows = full_cot_eval(model, tokenizer, its, max_new_tokens=int(ecfg.get("max_new_tokens", 256)),
-                             batch_size=int(ecfg.get("batch_size", 64)), chat=chat)
+                             batch_size=int(ecfg.get("batch_size", 64)), chat=chat,
+                             chat_template_kwargs=chat_template_kwargs)
         for r in rows:
             r["split"] = split
         records += rows
@@ -640,7 +647,8 @@ class _Pipeline:
         return (self.run_dir / "eval" / f"{stage}.json").exists()
 
     def run_eval(self, stage: str, model_fn: Any) -> None:
-        _evaluate_stage(stage, model_fn, self.tokenizer(), self.eval_splits(), self.run_dir, self.ecfg, self.chat)
+        _evaluate_stage(stage, model_fn, self.tokenizer(), self.eval_splits(), self.run_dir, self.ecfg, self.chat,
+                        self.ctk)
 
     def run_sft(self) -> None:
         from zcp.training.sft import run_sft
