@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 
+from zcp.backends.base import Prompt
 from zcp.backends.hf import HFBackend
 from zcp.data.wordproblems import generate_word_problems
 from zcp.detectors.base import DetectorContext, get_detector
@@ -100,3 +101,27 @@ def test_dpcc_fires_on_memorised_originals_and_not_on_an_untrained_model(memoris
     assert det.benchmark_decision(c, ctx)["decision"] is True
     clean = det.score_items(m["ref"], m["c"], ctx)
     assert det.benchmark_decision(clean, ctx)["decision"] is False
+
+
+def test_guided_instruction_fires_when_the_instances_leaked_with_their_metadata(memorised):
+    """Golchin & Surdeanu's premise: the instances leaked together with their dataset and split names. A copy
+    fine-tuned on C's instances in the guided form completes them under the guided instruction and not
+    under the general one (the decision fires); on the untrained base model it does not."""
+    from zcp.detectors.reconstruction import GUIDED, split_question
+
+    m = memorised
+    tok = m["backend"].tokenizer
+    texts = []
+    for it in m["c"]:
+        prefix, rest = split_question(it.question)
+        texts.append(m["backend"].render(Prompt(user=GUIDED.format(split="test", dataset="toyset", prefix=prefix)))
+                     + rest.strip())
+    leaked = _fit(copy.deepcopy(m["ref"].model), tok, texts, steps=200)
+    det = get_detector("guided", max_new_tokens=32)
+    ctx = DetectorContext(seed=0, dataset_name="toyset", split_name="test", bootstrap_samples=2000)
+    recs = det.score_items(HFBackend(leaked, tok, gen_batch_size=256), m["c"], ctx)
+    guided = sum(r["rouge_l_guided"] for r in recs) / len(recs)
+    assert guided >= 0.5 and guided > sum(r["rouge_l_general"] for r in recs) / len(recs) + 0.2
+    assert det.benchmark_decision(recs, ctx)["decision"] is True
+    base = det.score_items(m["ref"], m["c"], ctx)
+    assert det.benchmark_decision(base, ctx)["decision"] is False
