@@ -10,7 +10,6 @@ import copy
 import json
 
 import pytest
-import torch
 
 from zcp.backends.base import Prompt
 from zcp.backends.hf import HFBackend
@@ -18,29 +17,14 @@ from zcp.data.wordproblems import generate_word_problems
 from zcp.detectors.base import DetectorContext, get_detector
 from zcp.detectors.run import FileData, JobInputs, baselines
 from zcp.simulate import word_problem_references
+from zcp.testing import fit_sequences
 
 SCORE_DETECTORS = ["ppl", "zlib", "mink20", "minkpp20", "ref", "recon"]
 
 
 def _fit(model, tok, texts, steps, lr=3e-3):
-    torch.manual_seed(0)
-    enc = [tok(t + tok.eos_token)["input_ids"] for t in texts]
-    n = max(map(len, enc))
-    ids = torch.full((len(enc), n), tok.pad_token_id)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for i, e in enumerate(enc):
-        ids[i, : len(e)] = torch.tensor(e)
-        mask[i, : len(e)] = 1
-        labels[i, 1 : len(e)] = torch.tensor(e[1:])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    """Fine-tune on raw texts (every token after the first in the loss): verbatim memorisation."""
+    return fit_sequences(model, tok, [tok(t + tok.eos_token)["input_ids"] for t in texts], steps=steps, lr=lr)
 
 
 @pytest.fixture(scope="module")

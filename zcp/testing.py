@@ -114,9 +114,6 @@ def train_memorizer(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], st
 
     Used by tests and the scoring benchmark to make a model that has memorised a set of answers.
     """
-    import torch
-
-    torch.manual_seed(seed)
     seqs, starts = [], []
     for q, completion in pairs:
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
@@ -125,6 +122,17 @@ def train_memorizer(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], st
         c_ids = tokenizer(completion + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         seqs.append(p_ids + c_ids)
         starts.append(len(p_ids))
+    return fit_sequences(model, tokenizer, seqs, starts, steps=steps, lr=lr, seed=seed)
+
+
+def fit_sequences(model: Any, tokenizer: Any, seqs: list[list[int]], starts: list[int] | None = None,
+                  steps: int = 150, lr: float = 3e-3, seed: int = 0) -> Any:
+    """Full-batch full fine-tuning of a tiny model on token sequences, the loss from `starts[i]` on (default:
+    every token after the first): what makes test models memorise raw text or chat completions."""
+    import torch
+
+    torch.manual_seed(seed)
+    starts = starts if starts is not None else [1] * len(seqs)
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), tokenizer.pad_token_id)
     labels = torch.full((len(seqs), n), -100)
