@@ -28,5 +28,5 @@ def test_item_without_a_valid_perturbation_is_left_out_and_named():
 def test_reference_source_checked_before_training():
     check_reference_source({"benchmark": {"source": "wordproblems"}})
     check_reference_source({"benchmark": {"source": "file"}, "detect": {"reference_path": "r.jsonl"}})
-    with pytest.raises(ConfigError, match="detect.reference_path"):
+    with pytest.raises(ConfigError, match=r"detect\.reference_path"):
         check_reference_source({"benchmark": {"source": "file"}, "detect": {}})
