@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,6 +53,21 @@ def _backend(model_dir: str | None) -> HFBackend:
 
     tok = train_tokenizer([q + " " + a for q, a in _items(300, 1)], vocab_size=512)
     return HFBackend(tiny_llama(tok, hidden=128, layers=4, heads=4), tok, name="random-tiny-llama")
+
+
+def _raw_forward(backend: HFBackend, reqs: list[ScoreRequest]) -> tuple[Callable[[], None], list, list]:
+    """The ceiling: a plain batched forward over the exact ids the backend scores (encoded once, outside the
+    timing); returns (the timed callable, the encodings, the plain batches)."""
+    enc = backend.encode_for_scoring(reqs)
+    token_batches = [backend.collate([enc[i].ids for i in b])
+                     for b in backend.batches([e.end for e in enc], backend.max_batch_size)]
+
+    @torch.inference_mode()
+    def raw() -> None:
+        for ids, mask in token_batches:
+            backend.model(input_ids=ids, attention_mask=mask)
+
+    return raw, enc, token_batches
 
 
 def _time(fn, repeats: int, warm: bool = True) -> float:
@@ -113,14 +129,7 @@ def end_to_end(args: argparse.Namespace) -> None:
             walls[n] = min(runs)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
     reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]
-    enc = backend.encode_for_scoring(reqs)
-    token_batches = [backend.collate([enc[i].ids for i in b])
-                     for b in backend.batches([e.end for e in enc], backend.max_batch_size)]
-
-    @torch.inference_mode()
-    def raw() -> None:
-        for ids, mask in token_batches:
-            backend.model(input_ids=ids, attention_mask=mask)
+    raw = _raw_forward(backend, reqs)[0]
 
     raw_t = _time(raw, args.repeats)
     marginal = (args.n - args.n_small) / (walls[args.n] - walls[args.n_small])
@@ -154,14 +163,7 @@ def main() -> None:
     n_loop = min(args.n, 200)  # the slow path on a subset, reported per item
     loop = _time(lambda: [single.score([r]) for r in reqs[:n_loop]], 1) * args.n / n_loop
 
-    enc = backend.encode_for_scoring(reqs)
-    token_batches = [backend.collate([enc[i].ids for i in b])
-                     for b in backend.batches([e.end for e in enc], backend.max_batch_size)]
-
-    @torch.inference_mode()
-    def raw() -> None:
-        for ids, mask in token_batches:
-            backend.model(input_ids=ids, attention_mask=mask)
+    raw, enc, token_batches = _raw_forward(backend, reqs)
 
     # Batched backend and raw forward alternate, best of `repeats` each: a noisy shared CPU then slows both
     # alike instead of whichever happened to run during a slow spell.
