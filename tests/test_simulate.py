@@ -59,3 +59,40 @@ def test_rerun_resumes_without_recomputing(sim, tmp_path):
     again = run_simulation(cfg)
     assert "sft" not in again["contamination"].stages_run
     assert again["detection"]["results"] == first["detection"]["results"]
+
+
+def test_baselines_stage_runs_the_baselines_on_the_run(sim):
+    """stages=[contaminate, detect, baselines]: the finished stages are skipped, the baselines (composed from
+    conf/baselines.yaml with the run's baselines_overrides) score C and U into <run>/baselines/."""
+    out, first = sim
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}", "stages=[contaminate,detect,baselines]",
+                                         "baselines_overrides=['detectors=[ppl,mink20,zcp_p_all]','bootstrap_samples=200']"])
+    res = run_simulation(cfg)
+    assert "sft" not in res["contamination"].stages_run
+    assert res["detection"]["results"] == first["detection"]["results"]
+    summ = json.loads((out / "baselines" / "summary.json").read_text())
+    assert set(summ["detectors"]) == {"ppl", "mink20", "zcp_p_all"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    for name, d in summ["detectors"].items():
+        assert 0.0 <= d["auroc"] <= 1.0, name
+        assert d["files"]["data"]["n"] == len(manifest["c_ids"]) and d["files"]["u"]["n"] == len(manifest["u_ids"])
+    # the zcp_* item scores are the run's own detection records
+    assert summ["records_path"].startswith(str(out / "detect"))
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["stages=[contaminate,baselines]"], "baselines needs detect"),
+    (["stages=[contaminate,detect,baselines]", "baselines_overrides=['detectors=[nope]']"], "detectors"),
+    (["stages=[contaminate,detect,baselines]", "baselines_overrides=['+params.ppl.bogus=1']"], "params.ppl"),
+    (["stages=[contaminate,detec]"], "stages: unknown"),
+])
+def test_stage_errors_come_before_training(tmp_path, overrides, match):
+    from zcp.config import ConfigError
+
+    out = tmp_path / "run"
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}", *overrides])
+    with pytest.raises(ConfigError, match=match):
+        run_simulation(cfg)
+    assert not (out / "sft_data.jsonl").exists() and not (out / "sft").exists()

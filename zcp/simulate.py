@@ -263,20 +263,68 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     return sim
 
 
+SIM_STAGES = ("contaminate", "detect", "baselines")
+
+
+def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
+    """conf/baselines.yaml composed for a contamination run: ``run_dir=<run>``, ``output_dir=<run>/baselines``,
+    the run's logger, then the run's ``baselines_overrides`` (Hydra override strings, e.g.
+    ``detectors=[ppl,mink20]``). Composed with Hydra itself, so the stage gets exactly the typed config and
+    the compose-time errors of ``evaluate/run_baselines.py``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from zcp.config import REPO_ROOT
+    from zcp.detectors.run import register_schema
+
+    register_schema()
+    overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / 'baselines'}",
+                 *[str(o) for o in (cfg.get("baselines_overrides") or [])]]
+    gh = GlobalHydra.instance()
+    if gh.is_initialized():  # inside a Hydra app (train/run_contaminate.py): its search path is this repo's conf/
+        bcfg = compose("baselines", overrides=overrides)
+    else:
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+            bcfg = compose("baselines", overrides=overrides)
+    OmegaConf.set_struct(bcfg, False)
+    bcfg.logger = cfg.get("logger")  # the run's own logger settings (mode, project), not the file's default
+    OmegaConf.set_struct(bcfg, True)
+    return bcfg
+
+
+def run_baselines_stage(cfg: Any, result: Any) -> dict[str, Any]:
+    """The baseline detectors (evaluate/run_baselines.py run_dir=<run>) on the run's C and U: summary.json and
+    baselines.md in <run>/baselines/, resumable like the other stages."""
+    from zcp.detectors.run import run_baselines
+
+    return run_baselines(baselines_config(cfg, result.run_dir))
+
+
 def run_simulation(cfg: Any) -> dict[str, Any]:
-    """Run the configured `stages` in order: `contaminate`, then `detect` on its result."""
-    from zcp.config import validate
+    """Run the configured `stages` in order: `contaminate`, then `detect` (ZCP) and `baselines` (the
+    literature's detectors, conf/baselines.yaml with `baselines_overrides`) on its result."""
+    from zcp.config import ConfigError, validate
     from zcp.training.contaminate import contaminate
 
     validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
     stages = list(cfg.get("stages") or ["contaminate"])
-    unknown = set(stages) - {"contaminate", "detect"}
+    unknown = set(stages) - set(SIM_STAGES)
     if unknown:
-        raise ValueError(f"unknown stages {sorted(unknown)} (contaminate, detect)")
+        raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {list(SIM_STAGES)})")
     if "detect" in stages:
         check_reference_source(cfg)
+    if "baselines" in stages:
+        if "detect" not in stages:  # its zcp_* detectors and the report read the run's detection records
+            raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
+        check_reference_source(cfg)
+        from zcp.detectors.run import check_config
+
+        check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
     result = contaminate(cfg)
     out: dict[str, Any] = {"contamination": result}
     if "detect" in stages:
         out["detection"] = run_detection_stage(cfg, result)
+    if "baselines" in stages:
+        out["baselines"] = run_baselines_stage(cfg, result)
     return out

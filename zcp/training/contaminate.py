@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 EXPOSURE_SCHEMA = 1
 # Config sections that do not change what is trained or measured here (detection settings included):
 # free to differ on resume, and left out of the default run-dir hash.
-_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe", "stats", "run")
+_NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "probe", "stats", "run",
+                      "baselines_overrides")
 # Keys added after runs were made: left out of the fingerprint while at these defaults, so the run dirs of
 # earlier configs keep their hash (and resume). A non-default value enters the fingerprint as usual.
 _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
