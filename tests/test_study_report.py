@@ -137,3 +137,65 @@ def test_detector_study_experiment_composes():
     with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
         rep = validate(compose("report", overrides=["experiment=detector_study"]))["report"]
     assert rep.verbatim.run_dir and rep.paraphrased.run_dir
+
+
+def _exposure_run(root, name, k, epochs, ppl_auroc):
+    run = _run_dir(root, f"detexp__{name}")
+    write_json(run / "exposure.json", {"knobs": {"k": k, "sft_epochs": float(epochs), "answer_only_fraction": 0.75,
+                                                 "answer_format": "probe", "clean_fraction": 0.5, "grpo_steps": 20,
+                                                 "lora_r": 16, "lr": 0.005}})
+    b = _baselines_dir(run)
+    summ = json.loads((b / "summary.json").read_text())
+    summ["detectors"]["ppl"]["auroc"] = ppl_auroc
+    write_json(b / "summary.json", summ)
+    return run
+
+
+def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
+    from zcp.detectors import spec_of
+    from zcp.study import exposure_run_dirs
+
+    root = tmp_path / "contaminate"
+    _exposure_run(root, "a", 6, 10, 0.61)   # paraphrased, exposure 60
+    _exposure_run(root, "b", 0, 20, 0.97)   # verbatim, exposure 20
+    _exposure_run(root, "c", 1, 2, 0.52)    # paraphrased, exposure 2
+    _exposure_run(root, "d", 0, 2, 0.88)    # verbatim, exposure 2
+    unfinished = _run_dir(root, "detexp__e")  # detection but no exposure.json / baselines
+    dirs = exposure_run_dirs(root, "detexp")
+    assert len(dirs) == 5
+    rep = build_report({}, tmp_path / "out", ["acc", "p_all"], exposure_dirs=dirs)
+    runs = rep["exposure"]["runs"]
+    assert [(e["kind"], e["level"]) for e in runs] == [("verbatim", 2), ("verbatim", 20), ("paraphrased", 2),
+                                                        ("paraphrased", 60)]
+    assert rep["exposure"]["unfinished"][0]["run"] == str(unfinished)
+    md = (tmp_path / "out" / "report.md").read_text()
+    verb, para = md.split("### Paraphrased leak")
+    assert "| Detector | 2 (originals x 2 ep) | 20 (originals x 20 ep) |" in verb
+    assert "| Detector | 2 (k=1 x 2 ep) | 60 (k=6 x 10 ep) |" in para
+    # the numbers put in, in level order; verdicts as given (C flagged, U not)
+    assert f"| {spec_of('ppl').label} | 0.88 / 0.12, C yes, U no | 0.97 / 0.12, C yes, U no |" in verb
+    assert f"| {spec_of('ppl').label} | 0.52 / 0.12, C yes, U no | 0.61 / 0.12, C yes, U no |" in para
+    assert f"| {spec_of('zcp_p_all').label} | 1.00 / 1.00, C yes, U no |" in para
+    assert f"| {spec_of('dpcc').label} | skipped: needs a reference set | skipped: needs a reference set |" in para
+    assert "1 run(s) not finished" in md and "baselines" not in rep["exposure"]["unfinished"][0]["missing"]
+    assert (tmp_path / "out" / "auroc_vs_exposure.png").stat().st_size > 1000
+
+
+def test_report_over_exposure_from_the_entry_point(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from zcp.config import ConfigError
+    from zcp.study import run_report
+
+    root = tmp_path / "contaminate"
+    _exposure_run(root, "a", 1, 2, 0.5)
+    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
+        cfg = compose("report", overrides=[f"report.exposure.root={root}", "report.exposure.name=detexp",
+                                           f"output_dir={tmp_path / 'o'}", "logger=none"])
+        run_report(cfg)
+        assert "## Detectors versus exposure" in (tmp_path / "o" / "report.md").read_text()
+        for bad, match in ((["report.exposure.name=nothing"], "no .*nothing__"),
+                           ([f"report.exposure.runs=[{tmp_path / 'nope'}]"], "no such directory")):
+            with pytest.raises(ConfigError, match=match):
+                run_report(compose("report", overrides=[f"report.exposure.root={root}", *bad,
+                                                        f"output_dir={tmp_path / 'o2'}", "logger=none"]))

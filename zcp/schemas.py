@@ -253,11 +253,22 @@ class StudyRunConfig:
 
 
 @dataclass
+class ExposureRunsConfig:
+    """The detector study over exposure: contamination runs made with the baselines stage
+    (conf/experiment/detector_exposure.yaml), each read from its dir (detect/FT*/ and baselines/)."""
+
+    root: str = "outputs/contaminate"
+    name: str | None = None  # collect every <root>/<name>__*/ (a sweep's jobs); null: only `runs`
+    runs: list[str] = field(default_factory=list)  # run dirs given one by one (each must exist)
+
+
+@dataclass
 class ReportConfig:
     """The detector study report (evaluate/run_report.py): verbatim vs paraphrased leaks."""
 
     verbatim: StudyRunConfig = field(default_factory=StudyRunConfig)  # exposure.k=0: the originals leaked
     paraphrased: StudyRunConfig = field(default_factory=StudyRunConfig)  # the demo default (k paraphrases)
+    exposure: ExposureRunsConfig = field(default_factory=ExposureRunsConfig)  # both leak kinds over exposure levels
     metrics: list[str] = field(default_factory=lambda: ["acc", "con", "p_first", "p_all"])  # ZCP metrics shown
     title: str = "Detector study"
 
@@ -268,6 +279,10 @@ class ReportConfig:
                 unknown = sorted(set(val) - set(StudyRunConfig.__dataclass_fields__))
                 check_value(not unknown, f"report.{key}", unknown, "free of unknown keys")
                 setattr(self, key, StudyRunConfig(**val))
+        if isinstance(self.exposure, dict):
+            unknown = sorted(set(self.exposure) - set(ExposureRunsConfig.__dataclass_fields__))
+            check_value(not unknown, "report.exposure", unknown, "free of unknown keys")
+            self.exposure = ExposureRunsConfig(**self.exposure)
         check_value(len(self.metrics) >= 1 and set(self.metrics) <= {"acc", "con", "p_first", "p_all"},
                     "report.metrics", list(self.metrics), "a non-empty subset of [acc, con, p_first, p_all]")
 

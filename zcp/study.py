@@ -8,7 +8,9 @@ ZCP's item score is the item's zero-CoT gap (`zcp.detectors.zcp_item_scores`: th
 the mean of its reference draws) read from the run's detection records; ZCP's verdicts are the detection
 run's own tests (summary.json: p per metric, Bonferroni-combined verdict). Baselines come from
 evaluate/run_baselines.py's summary.json ("data" = C, "u" = U). Then the ablations of each condition
-(evaluate/run_ablations.py): the truncation curve, the full-CoT table and the sample-size table.
+(evaluate/run_ablations.py): the truncation curve, the full-CoT table and the sample-size table. Then,
+over exposure (`report.exposure`: the runs of conf/experiment/detector_exposure.yaml, made with the
+simulation's baselines stage), every detector's AUROC / TPR@5%FPR and verdicts per leak kind and exposure level.
 
 Labels come from the detector registry (`zcp.detectors.spec_of(name).label`), so a table never names a
 detector differently from its plot.
@@ -205,12 +207,158 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
     return out
 
 
+# ------------------------------------------------------------------------------------ over exposure
+
+LEAK_KIND = {"verbatim": "Verbatim leak (k = 0: the originals)", "paraphrased": "Paraphrased leak (k paraphrases)"}
+# the lines of the exposure plot: every ZCP metric and one representative of each baseline family
+EXPOSURE_PLOT_DETECTORS = ("zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all", "ppl", "zlib", "mink20", "minkpp20",
+                           "ref", "dpcc", "recon", "guided")
+
+
+def exposure_run_dirs(root: str | Path, name: str | None, runs: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """The runs of the study over exposure: every <root>/<name>__*/ (when `name` is set) plus `runs`."""
+    dirs = [Path(r) for r in runs]
+    if name:
+        dirs += sorted(p for p in Path(root).glob(f"{name}__*") if p.is_dir())
+    return list(dict.fromkeys(dirs))
+
+
+def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """One entry per finished run: its exposure knobs, leak kind (k = 0: verbatim), exposure level
+    (`zcp.exposure.exposure_level`) and detector rows (ZCP from detect/FT*/, baselines from baselines/).
+    Runs without exposure.json, detection or baselines are returned apart, with what is missing."""
+    from zcp.config import ConfigError
+    from zcp.exposure import exposure_level
+
+    entries, unfinished = [], []
+    for d in dirs:
+        exp = d / "exposure.json"
+        if not exp.exists():
+            unfinished.append({"run": str(d), "missing": "exposure.json (contamination not finished)"})
+            continue
+        knobs = read_json(exp)["knobs"]
+        try:
+            det = newest_detection_dir(d)
+        except ConfigError:
+            unfinished.append({"run": str(d), "missing": "detect/FT*/summary.json (detection not finished)"})
+            continue
+        if not (d / "baselines" / "summary.json").exists():
+            unfinished.append({"run": str(d), "missing": "baselines/summary.json (baselines stage not finished)"})
+            continue
+        rows = zcp_rows(det, metrics) + baseline_rows(d / "baselines")
+        entries.append({"run": str(d), "knobs": knobs, "kind": "verbatim" if int(knobs["k"]) == 0 else "paraphrased",
+                        "level": exposure_level(knobs), "detection_dir": str(det), "detectors": rows})
+    entries.sort(key=lambda e: (e["kind"] != "verbatim", e["level"], int(e["knobs"]["k"])))
+    return entries, unfinished
+
+
+def _level_label(e: dict[str, Any]) -> str:
+    k = int(e["knobs"]["k"])
+    return f"{e['level']:g} ({'originals' if k == 0 else f'k={k}'} x {float(e['knobs']['sft_epochs']):g} ep)"
+
+
+def _cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "—"
+    if r.get("skipped"):
+        return "skipped"
+    yn = {True: "yes", False: "no", None: "—"}
+    return (f"{_num(r.get('auroc'), 2)} / {_num(r.get('tpr_at_5fpr'), 2)}, "
+            f"C {yn[r.get('c_decision')]}, U {yn[r.get('u_decision')]}")
+
+
+def exposure_markdown(entries: list[dict[str, Any]], kind: str) -> str:
+    """Rows = detectors, columns = exposure levels of one leak kind; a cell is
+    `AUROC / TPR@5%FPR, C <flagged?>, U <flagged?>`."""
+    es = [e for e in entries if e["kind"] == kind]
+    if not es:
+        return ""
+    order = list(dict.fromkeys((r["detector"], r["label"]) for e in es for r in e["detectors"]))
+    head = ["Detector", *[_level_label(e) for e in es]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for det, label in order:
+        by = [next((r for r in e["detectors"] if r["detector"] == det), None) for e in es]
+        if all(r is not None and r.get("skipped") for r in by):
+            lines.append(f"| {label} | " + " | ".join(f"skipped: {r['skipped']}" for r in by) + " |")  # type: ignore[index]
+            continue
+        lines.append(f"| {label} | " + " | ".join(_cell(r) for r in by) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_exposure(entries: list[dict[str, Any]], path: str | Path,
+                  detectors: tuple[str, ...] = EXPOSURE_PLOT_DETECTORS) -> Path:
+    """Item-level AUROC (C vs U) versus exposure, one panel per leak kind; ZCP solid, baselines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in LEAK_KIND if any(e["kind"] == k for e in entries)]
+    fig, axes = plt.subplots(1, max(1, len(kinds)), figsize=(5.2 * max(1, len(kinds)), 4.2), squeeze=False,
+                             sharey=True)
+    present = [d for d in detectors if any(r["detector"] == d and r.get("auroc") is not None
+                                           for e in entries for r in e["detectors"])]
+    colours = {d: f"C{i % 10}" for i, d in enumerate(present)}
+    for ax, kind in zip(axes[0], kinds, strict=False):
+        es = [e for e in entries if e["kind"] == kind]
+        for d in present:
+            pts = [(e["level"], r["auroc"]) for e in es for r in e["detectors"]
+                   if r["detector"] == d and r.get("auroc") is not None]
+            if not pts:
+                continue
+            pts.sort()
+            zcp = d.startswith("zcp_")
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-" if zcp else "--", marker="o" if zcp else ".",
+                    color=colours[d], lw=1.8 if zcp else 1.0, label=_label(d))
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        levels = sorted({e["level"] for e in es})
+        ax.set_xscale("log")
+        ax.set_xticks(levels, [f"{x:g}" for x in levels], fontsize=8)
+        ax.minorticks_off()
+        ax.set_ylim(0.0, 1.02)
+        ax.set_xlabel("exposure (variants x SFT epochs)")
+        ax.set_title(LEAK_KIND[kind], fontsize=10)
+    axes[0][0].set_ylabel("item-level AUROC (C vs U)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=min(4, max(1, len(labels))), frameon=False)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def exposure_section(entries: list[dict[str, Any]], unfinished: list[dict[str, str]], out: Path) -> tuple[str, str | None]:
+    """Markdown of the study over exposure (one table per leak kind, the AUROC plot) and the plot's path."""
+    parts = ["## Detectors versus exposure\n",
+             "Each run leaks Dataset C at one exposure level (exposure = paraphrase variants, or 1 for the originals, "
+             "x SFT epochs) and runs ZCP and the baselines on C and U. Cell: item-level AUROC / TPR@5%FPR of C vs U, "
+             "then the benchmark-level verdict on C (should be yes) and on U (should be no).\n"]
+    if entries:
+        k0 = entries[0]["knobs"]
+        parts.append("Leak format of these runs: " + ", ".join(f"{k}={k0.get(k)}" for k in (
+            "answer_only_fraction", "answer_format", "clean_fraction", "grpo_steps", "lora_r", "lr")) + ".\n")
+    for kind, title in LEAK_KIND.items():
+        md = exposure_markdown(entries, kind)
+        if md:
+            parts.append(f"### {title}\n\n" + md)
+    plot = None
+    if any(r.get("auroc") is not None for e in entries for r in e["detectors"]):
+        plot = str(plot_exposure(entries, out / "auroc_vs_exposure.png"))
+        parts.append("![AUROC versus exposure](auroc_vs_exposure.png)\n")
+    if unfinished:
+        parts.append(f"Left out ({len(unfinished)} run(s) not finished): "
+                     + "; ".join(f"`{u['run']}`: no {u['missing']}" for u in unfinished) + "\n")
+    return "\n".join(parts), plot
+
+
 def build_report(conditions: dict[str, dict[str, Any]], out_dir: str | Path, metrics: list[str],
-                 title: str = "Detector study") -> dict[str, Any]:
+                 title: str = "Detector study", exposure_dirs: list[Path] | None = None) -> dict[str, Any]:
     """Gather the study's runs into report.md, report.json and PNG plots in `out_dir`.
 
     `conditions` maps verbatim/paraphrased to {run_dir, ablations_dir, baselines_dir} (None: not run);
-    a condition with none of them is left out.
+    a condition with none of them is left out. `exposure_dirs`: contamination runs made with the baselines
+    stage at several exposure levels (`collect_exposure`), shown as one table per leak kind and a plot.
     """
     from zcp.ablations import full_cot_markdown, plot_sample_size, sample_size_markdown, truncation_markdown
 
@@ -265,6 +413,13 @@ def build_report(conditions: dict[str, dict[str, Any]], out_dir: str | Path, met
     if curves:
         plots["truncation"] = str(plot_truncation_conditions(curves, out / "truncation_c_cont.png"))
         parts.append("## Truncation curves side by side\n\n![C_cont versus the share of CoT kept](truncation_c_cont.png)\n")
+    if exposure_dirs:
+        entries, unfinished = collect_exposure(exposure_dirs, metrics)
+        md, plot = exposure_section(entries, unfinished, out)
+        parts.append(md)
+        report["exposure"] = {"runs": entries, "unfinished": unfinished}
+        if plot:
+            plots["auroc_vs_exposure"] = plot
     report["plots"] = plots
     (out / "report.md").write_text("\n".join(parts))
     write_json(out / "report.json", report)
@@ -284,16 +439,28 @@ def run_report(cfg: Any) -> dict[str, Any]:
                 raise ConfigError(f"report.{cond}.{key}={val}: no such directory")
             if val and key != "run_dir" and not (Path(val) / "summary.json").exists():
                 raise ConfigError(f"report.{cond}.{key}={val}: no summary.json (is its run finished?)")
-    if not any(v for src in conditions.values() for v in src.values()):
-        raise ConfigError("report: set at least one of report.{verbatim,paraphrased}.{run_dir,ablations_dir,baselines_dir}")
+    for r in rep.exposure.runs:
+        if not Path(r).is_dir():
+            raise ConfigError(f"report.exposure.runs: {r}: no such directory")
+    exposure_dirs = exposure_run_dirs(rep.exposure.root, rep.exposure.name, list(rep.exposure.runs))
+    if rep.exposure.name and not any(d.name.startswith(f"{rep.exposure.name}__") for d in exposure_dirs):
+        raise ConfigError(f"report.exposure.name={rep.exposure.name}: no {rep.exposure.root}/{rep.exposure.name}__*/ "
+                          "run directory (run conf/experiment/detector_exposure.yaml first)")
+    if not any(v for src in conditions.values() for v in src.values()) and not exposure_dirs:
+        raise ConfigError("report: set at least one of report.{verbatim,paraphrased}.{run_dir,ablations_dir,baselines_dir}"
+                          " or report.exposure.{name,runs}")
     out = run_dir(cfg, "report", "study")
     save_config(cfg, out)
-    report = build_report(conditions, out, list(rep.metrics), rep.title)
+    report = build_report(conditions, out, list(rep.metrics), rep.title, exposure_dirs)
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="report") as tr:
         for cond, entry in report["conditions"].items():
             if entry.get("detectors"):
                 tr.table(f"detectors/{cond}", [{k: r.get(k) for k in ("label", "auroc", "tpr_at_5fpr", "c_decision",
                                                                        "u_decision")} for r in entry["detectors"]])
+        for e in (report.get("exposure") or {}).get("runs", []):
+            tr.table(f"exposure/{e['kind']}/{e['level']:g}", [{k: r.get(k) for k in ("label", "auroc", "tpr_at_5fpr",
+                                                                                    "c_decision", "u_decision")}
+                                                            for r in e["detectors"]])
         for key, p in report["plots"].items():
             tr.image(key, p)
         tr.artifact("study-report", "zcp-report", [str(out / "report.md"), str(out / "report.json")])
