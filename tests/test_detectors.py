@@ -168,6 +168,15 @@ def test_zcp_item_scores_on_hand_made_records():
     with pytest.raises(ValueError):
         zcp_item_scores(records, "bleu")
 
+    # a metric the detection run did not probe (con left out of probe.metrics) is skipped, not scored as 0
+    from zcp.detectors import get_detector
+
+    no_con = [{k: v for k, v in r.items() if k != "consistent"} for r in records]
+    ctx = DetectorContext(detection_records=no_con)
+    assert "no con" in get_detector("zcp_con").skip_reason(ctx)
+    assert get_detector("zcp_acc").skip_reason(ctx) is None
+    assert "no ZCP detection records" in get_detector("zcp_acc").skip_reason(DetectorContext())
+
 
 def test_likelihood_text_modes_build_the_scoring_requests():
     """Raw modes score the text after the document prefix; chat modes score the completion after the question."""

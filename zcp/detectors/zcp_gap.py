@@ -63,6 +63,18 @@ class ZCPGap(Detector):
             raise ValueError(f"metric must be one of {list(METRICS)}, not {metric!r}")
         self.metric = metric
 
+    def skip_reason(self, ctx: DetectorContext, items: Sequence[Item] = ()) -> str | None:
+        """Skipped without detection records, or when their run did not probe this metric (e.g. con left out
+        of `probe.metrics`): a gap of a metric never measured is not zero, it is missing."""
+        reason = super().skip_reason(ctx, items)
+        if reason:
+            return reason
+        recs = ctx.detection_records or []
+        key = {"acc": "correct", "con": "consistent"}.get(self.metric, self.metric)
+        if not any(key in r for r in recs if r.get("variant") == "original"):
+            return f"the detection records hold no {self.metric} (not among that run's probe.metrics)"
+        return None
+
     def score_items(self, backend: Backend, items: Sequence[Item], ctx: DetectorContext) -> list[dict[str, Any]]:
         """The item's gap, or no score when the detection run has no original+reference rows for it."""
         versions = _item_versions(ctx.detection_records or [], self.metric)
