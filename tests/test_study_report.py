@@ -199,3 +199,17 @@ def test_report_over_exposure_from_the_entry_point(tmp_path):
             with pytest.raises(ConfigError, match=match):
                 run_report(compose("report", overrides=[f"report.exposure.root={root}", *bad,
                                                         f"output_dir={tmp_path / 'o2'}", "logger=none"]))
+
+
+def test_report_shows_more_sample_size_studies(tmp_path):
+    d = _ablations_dir(tmp_path)
+    rep = build_report({}, tmp_path / "out", ["acc"], sample_size_dirs=[str(d)])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Sample size on `ablations` (20 C / 20 U items; 20 random subsets per N, B = 1000" in md
+    assert "0.65 / 0.777 ± 0.044" in md and str(d) in rep["sample_size"]
+    assert (tmp_path / "out" / "sample_size_extra0.png").stat().st_size > 1000
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    write_json(bare / "summary.json", {"truncation": {}})
+    with pytest.raises(ValueError, match="no sample_size study"):
+        build_report({}, tmp_path / "out2", ["acc"], sample_size_dirs=[str(bare)])

@@ -269,6 +269,8 @@ class ReportConfig:
     verbatim: StudyRunConfig = field(default_factory=StudyRunConfig)  # exposure.k=0: the originals leaked
     paraphrased: StudyRunConfig = field(default_factory=StudyRunConfig)  # the demo default (k paraphrases)
     exposure: ExposureRunsConfig = field(default_factory=ExposureRunsConfig)  # both leak kinds over exposure levels
+    # more sample-size studies (evaluate/run_ablations.py dirs, e.g. on a larger benchmark for N = 100, 200)
+    sample_size_dirs: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=lambda: ["acc", "con", "p_first", "p_all"])  # ZCP metrics shown
     title: str = "Detector study"
 

@@ -353,12 +353,14 @@ def exposure_section(entries: list[dict[str, Any]], unfinished: list[dict[str, s
 
 
 def build_report(conditions: dict[str, dict[str, Any]], out_dir: str | Path, metrics: list[str],
-                 title: str = "Detector study", exposure_dirs: list[Path] | None = None) -> dict[str, Any]:
+                 title: str = "Detector study", exposure_dirs: list[Path] | None = None,
+                 sample_size_dirs: list[str] | None = None) -> dict[str, Any]:
     """Gather the study's runs into report.md, report.json and PNG plots in `out_dir`.
 
     `conditions` maps verbatim/paraphrased to {run_dir, ablations_dir, baselines_dir} (None: not run);
     a condition with none of them is left out. `exposure_dirs`: contamination runs made with the baselines
     stage at several exposure levels (`collect_exposure`), shown as one table per leak kind and a plot.
+    `sample_size_dirs`: more ablations dirs whose sample-size study is shown (a larger benchmark's run).
     """
     from zcp.ablations import full_cot_markdown, plot_sample_size, sample_size_markdown, truncation_markdown
 
@@ -413,6 +415,18 @@ def build_report(conditions: dict[str, dict[str, Any]], out_dir: str | Path, met
     if curves:
         plots["truncation"] = str(plot_truncation_conditions(curves, out / "truncation_c_cont.png"))
         parts.append("## Truncation curves side by side\n\n![C_cont versus the share of CoT kept](truncation_c_cont.png)\n")
+    for k, d in enumerate(sample_size_dirs or []):
+        ab = read_json(Path(d) / "summary.json")
+        s = ab.get("sample_size")
+        if not s:
+            raise ValueError(f"{d}/summary.json: no sample_size study (run it with ablations=[sample_size])")
+        n_c = max((r["n"] for r in s["rows"] if r["split"] == "C"), default=0)
+        n_u = max((r["n"] for r in s["rows"] if r["split"] == "U"), default=0)
+        parts.append(f"## Sample size on `{Path(d).name}` ({n_c} C / {n_u} U items; {s['subsets']} random subsets "
+                     f"per N, B = {s['bootstrap_samples']} per seed)\n\n" + sample_size_markdown(s["rows"], s["alpha"]))
+        plot_sample_size(s["rows"], out / f"sample_size_extra{k}.png", f"C_cont versus N — {Path(d).name}")
+        parts.append(f"![C_cont versus N](sample_size_extra{k}.png)\n")
+        report.setdefault("sample_size", {})[str(d)] = s
     if exposure_dirs:
         entries, unfinished = collect_exposure(exposure_dirs, metrics)
         md, plot = exposure_section(entries, unfinished, out)
@@ -439,6 +453,9 @@ def run_report(cfg: Any) -> dict[str, Any]:
                 raise ConfigError(f"report.{cond}.{key}={val}: no such directory")
             if val and key != "run_dir" and not (Path(val) / "summary.json").exists():
                 raise ConfigError(f"report.{cond}.{key}={val}: no summary.json (is its run finished?)")
+    for d in rep.sample_size_dirs:
+        if not (Path(d) / "summary.json").exists():
+            raise ConfigError(f"report.sample_size_dirs: {d}: no summary.json (is its run finished?)")
     for r in rep.exposure.runs:
         if not Path(r).is_dir():
             raise ConfigError(f"report.exposure.runs: {r}: no such directory")
@@ -446,12 +463,13 @@ def run_report(cfg: Any) -> dict[str, Any]:
     if rep.exposure.name and not any(d.name.startswith(f"{rep.exposure.name}__") for d in exposure_dirs):
         raise ConfigError(f"report.exposure.name={rep.exposure.name}: no {rep.exposure.root}/{rep.exposure.name}__*/ "
                           "run directory (run conf/experiment/detector_exposure.yaml first)")
-    if not any(v for src in conditions.values() for v in src.values()) and not exposure_dirs:
+    if not any(v for src in conditions.values() for v in src.values()) and not exposure_dirs \
+            and not rep.sample_size_dirs:
         raise ConfigError("report: set at least one of report.{verbatim,paraphrased}.{run_dir,ablations_dir,baselines_dir}"
-                          " or report.exposure.{name,runs}")
+                          ", report.exposure.{name,runs} or report.sample_size_dirs")
     out = run_dir(cfg, "report", "study")
     save_config(cfg, out)
-    report = build_report(conditions, out, list(rep.metrics), rep.title, exposure_dirs)
+    report = build_report(conditions, out, list(rep.metrics), rep.title, exposure_dirs, list(rep.sample_size_dirs))
     with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="report") as tr:
         for cond, entry in report["conditions"].items():
             if entry.get("detectors"):
