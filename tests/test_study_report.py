@@ -161,6 +161,13 @@ def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
     _exposure_run(root, "c", 1, 2, 0.52)    # paraphrased, exposure 2
     _exposure_run(root, "d", 0, 2, 0.88)    # verbatim, exposure 2
     unfinished = _run_dir(root, "detexp__e")  # detection but no exposure.json / baselines
+    # a further run_baselines.py output in one run: ppl with text=chat_answer is a row of its own
+    chat = root / "detexp__a" / "baselines_chat"
+    chat.mkdir()
+    write_json(chat / "summary.json", {"detectors": {
+        "ppl": {"label": "Perplexity", "params": {"text": "chat_answer"}, "auroc": 0.93, "tpr_at_5fpr": 0.5,
+                "files": {}, "skipped": None},
+        "dpcc": {"label": "DPCC", "params": {}, "auroc": 0.11, "tpr_at_5fpr": 0.0, "files": {}, "skipped": None}}})
     dirs = exposure_run_dirs(root, "detexp")
     assert len(dirs) == 5
     rep = build_report({}, tmp_path / "out", ["acc", "p_all"], exposure_dirs=dirs)
@@ -177,6 +184,8 @@ def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
     assert f"| {spec_of('ppl').label} | 0.52 / 0.12, C yes, U no | 0.61 / 0.12, C yes, U no |" in para
     assert f"| {spec_of('zcp_p_all').label} | 1.00 / 1.00, C yes, U no |" in para
     assert f"| {spec_of('dpcc').label} | skipped: needs a reference set | skipped: needs a reference set |" in para
+    assert f"| {spec_of('ppl').label} (text=chat_answer) | — | 0.93 / 0.50, C —, U — |" in para
+    assert "0.11" not in md  # dpcc with its defaults is already in the stage's baselines/: not repeated
     assert "1 run(s) not finished" in md and "baselines" not in rep["exposure"]["unfinished"][0]["missing"]
     assert (tmp_path / "out" / "auroc_vs_exposure.png").stat().st_size > 1000
 

@@ -90,16 +90,31 @@ def zcp_rows(det_dir: str | Path, metrics: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def non_default_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters of a detector run that differ from its registry defaults (e.g. {"text": "chat_answer"})."""
+    from zcp.detectors import get_detector
+
+    try:
+        defaults = get_detector(name).params()
+    except (KeyError, ValueError):
+        return dict(params or {})
+    return {k: v for k, v in (params or {}).items() if defaults.get(k) != v}
+
+
 def baseline_rows(baselines_dir: str | Path) -> list[dict[str, Any]]:
     """Rows of evaluate/run_baselines.py's summary.json ("data" = C, "u" = U); ZCP's own rows are left to
-    `zcp_rows` (read from the detection run, with the combined verdict)."""
+    `zcp_rows` (read from the detection run, with the combined verdict). A detector run with parameters other
+    than its defaults is a row of its own: `ppl[text=chat_answer]`, labelled "Perplexity (text=chat_answer)"."""
     summary = read_json(Path(baselines_dir) / "summary.json")
     rows = []
     for name, d in (summary.get("detectors") or {}).items():
         if name.startswith("zcp_"):
             continue
         files = d.get("files") or {}
-        row: dict[str, Any] = {"detector": name, "label": _label(name, d.get("label")), "family": "baseline",
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(non_default_params(name, d.get("params")).items()))
+        row: dict[str, Any] = {"detector": f"{name}[{extra}]" if extra else name,
+                               "label": _label(name, d.get("label")) + (f" ({extra})" if extra else ""),
+                               "family": "baseline",
                                "auroc": d.get("auroc"), "tpr_at_5fpr": d.get("tpr_at_5fpr"),
                                "skipped": d.get("skipped"),
                                "n_c": (files.get("data") or {}).get("n"), "n_u": (files.get("u") or {}).get("n")}
@@ -212,7 +227,8 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
 LEAK_KIND = {"verbatim": "Verbatim leak (k = 0: the originals)", "paraphrased": "Paraphrased leak (k paraphrases)"}
 # the lines of the exposure plot: every ZCP metric and one representative of each baseline family
 EXPOSURE_PLOT_DETECTORS = ("zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all", "ppl", "zlib", "mink20", "minkpp20",
-                           "ref", "dpcc", "recon", "guided")
+                           "ref", "dpcc", "recon", "guided", "ppl[text=chat_answer]", "mink20[text=chat_answer]",
+                           "minkpp20[text=chat_answer]", "ref[text=chat_answer]")
 
 
 def exposure_run_dirs(root: str | Path, name: str | None, runs: list[str] | tuple[str, ...] = ()) -> list[Path]:
@@ -245,7 +261,12 @@ def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[st
         if not (d / "baselines" / "summary.json").exists():
             unfinished.append({"run": str(d), "missing": "baselines/summary.json (baselines stage not finished)"})
             continue
-        rows = zcp_rows(det, metrics) + baseline_rows(d / "baselines")
+        rows = zcp_rows(det, metrics)
+        # the stage's baselines/, then any further run_baselines.py output in the run dir (baselines_*/, e.g.
+        # the likelihood detectors with other parameters); a detector already shown is not repeated
+        for b in sorted(d.glob("baselines*/summary.json"), key=lambda p: (p.parent.name != "baselines", p.parent.name)):
+            seen = {r["detector"] for r in rows}
+            rows += [r for r in baseline_rows(b.parent) if r["detector"] not in seen]
         entries.append({"run": str(d), "knobs": knobs, "kind": "verbatim" if int(knobs["k"]) == 0 else "paraphrased",
                         "level": exposure_level(knobs), "detection_dir": str(det), "detectors": rows})
     entries.sort(key=lambda e: (e["kind"] != "verbatim", e["level"], int(e["knobs"]["k"])))
@@ -298,7 +319,9 @@ def plot_exposure(entries: list[dict[str, Any]], path: str | Path,
                              sharey=True)
     present = [d for d in detectors if any(r["detector"] == d and r.get("auroc") is not None
                                            for e in entries for r in e["detectors"])]
-    colours = {d: f"C{i % 10}" for i, d in enumerate(present)}
+    cmap = plt.get_cmap("tab20")
+    colours = {d: cmap(i % 20) for i, d in enumerate(present)}
+    labels = {r["detector"]: r["label"] for e in entries for r in e["detectors"]}
     for ax, kind in zip(axes[0], kinds, strict=False):
         es = [e for e in entries if e["kind"] == kind]
         for d in present:
@@ -309,7 +332,7 @@ def plot_exposure(entries: list[dict[str, Any]], path: str | Path,
             pts.sort()
             zcp = d.startswith("zcp_")
             ax.plot([x for x, _ in pts], [y for _, y in pts], "-" if zcp else "--", marker="o" if zcp else ".",
-                    color=colours[d], lw=1.8 if zcp else 1.0, label=_label(d))
+                    color=colours[d], lw=1.8 if zcp else 1.0, label=labels.get(d, d))
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         levels = sorted({e["level"] for e in es})
         ax.set_xscale("log")
