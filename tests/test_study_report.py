@@ -183,7 +183,7 @@ def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
     assert f"| {spec_of('ppl').label} | 0.88 / 0.12, C yes, U no | 0.97 / 0.12, C yes, U no |" in verb
     assert f"| {spec_of('ppl').label} | 0.52 / 0.12, C yes, U no | 0.61 / 0.12, C yes, U no |" in para
     assert f"| {spec_of('zcp_p_all').label} | 1.00 / 1.00, C yes, U no |" in para
-    assert f"| {spec_of('dpcc').label} | skipped: needs a reference set | skipped: needs a reference set |" in para
+    assert f"| {spec_of('dpcc').label} | skipped at every level: needs a reference set | |" in para
     assert f"| {spec_of('ppl').label} (text=chat_answer) | — | 0.93 / 0.50, C —, U — |" in para
     assert "0.11" not in md  # dpcc with its defaults is already in the stage's baselines/: not repeated
     assert "1 run(s) not finished" in md and "baselines" not in rep["exposure"]["unfinished"][0]["missing"]

@@ -299,8 +299,9 @@ def exposure_markdown(entries: list[dict[str, Any]], kind: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for det, label in order:
         by = [next((r for r in e["detectors"] if r["detector"] == det), None) for e in es]
-        if all(r is not None and r.get("skipped") for r in by):
-            lines.append(f"| {label} | " + " | ".join(f"skipped: {r['skipped']}" for r in by) + " |")  # type: ignore[index]
+        reasons = {r.get("skipped") if r is not None else None for r in by}
+        if len(reasons) == 1 and None not in reasons:  # skipped at every level for one reason: said once
+            lines.append(f"| {label} | skipped at every level: {reasons.pop()} |" + " |" * (len(by) - 1))
             continue
         lines.append(f"| {label} | " + " | ".join(_cell(r) for r in by) + " |")
     return "\n".join(lines) + "\n"
