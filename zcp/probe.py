@@ -146,10 +146,14 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
             rec["correct"] = (not malformed) and answers_equal(pred, it.answer)
 
 
+def metric_field(metric: str) -> str:
+    """The probe record's field holding a metric (acc -> `correct`, con -> `consistent`, else the metric's name)."""
+    return {"acc": "correct", "con": "consistent"}.get(metric, metric)
+
+
 def metric_value(rec: dict[str, Any], metric: str) -> float:
     """A record's score on one metric (booleans as 0/1)."""
-    key = {"acc": "correct", "con": "consistent"}.get(metric, metric)
-    return float(rec[key])
+    return float(rec[metric_field(metric)])
 
 
 # ---------------------------------------------------------------- truncated chain of thought (paper Figure 2)

@@ -69,9 +69,10 @@ class ZCPGap(Detector):
         reason = super().skip_reason(ctx, items)
         if reason:
             return reason
-        recs = ctx.detection_records or []
-        key = {"acc": "correct", "con": "consistent"}.get(self.metric, self.metric)
-        if not any(key in r for r in recs if r.get("variant") == "original"):
+        from zcp.probe import metric_field
+
+        key = metric_field(self.metric)
+        if not any(key in r for r in ctx.detection_records or [] if r.get("variant") == "original"):
             return f"the detection records hold no {self.metric} (not among that run's probe.metrics)"
         return None
 
