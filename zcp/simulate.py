@@ -317,7 +317,6 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
     if "baselines" in stages:
         if "detect" not in stages:  # its zcp_* detectors and the report read the run's detection records
             raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
-        check_reference_source(cfg)
         from zcp.detectors.run import check_config
 
         check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
