@@ -344,6 +344,13 @@ def sample_size_markdown(rows: list[dict[str, Any]], alpha: float) -> str:
     return f"Detection rate = share of subsets flagged at alpha = {alpha}.\n\n" + "\n".join(lines) + "\n"
 
 
+def _metrics_and_split_styles(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """The metrics of `rows` in order of appearance, and a line style per split (C solid, U dashed, ...)."""
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    splits = sorted({r["split"] for r in rows})
+    return metrics, dict(zip(splits, ["-", "--", ":", "-."] * len(splits), strict=False))
+
+
 def plot_truncation(rows: list[dict[str, Any]], path: str | Path, title: str = "Truncation curve") -> Path:
     """Figure 2: S on originals and S_ref on references versus the share of the CoT kept, per metric,
     for C (solid) and U (dashed); a second row gives C_cont."""
@@ -352,9 +359,7 @@ def plot_truncation(rows: list[dict[str, Any]], path: str | Path, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    splits = sorted({r["split"] for r in rows})
-    styles = dict(zip(splits, ["-", "--", ":", "-."] * len(splits), strict=False))
+    metrics, styles = _metrics_and_split_styles(rows)
     fig, axes = plt.subplots(2, len(metrics), figsize=(4.2 * len(metrics), 6.4), squeeze=False)
     for j, m in enumerate(metrics):
         for split, style in styles.items():
@@ -389,9 +394,7 @@ def plot_sample_size(rows: list[dict[str, Any]], path: str | Path, title: str = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    splits = sorted({r["split"] for r in rows})
-    styles = dict(zip(splits, ["-", "--", ":", "-."] * len(splits), strict=False))
+    metrics, styles = _metrics_and_split_styles(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for k, m in enumerate(metrics):
         for split, style in styles.items():
