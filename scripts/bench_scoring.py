@@ -27,7 +27,7 @@ import torch
 
 from zcp.backends.base import ScoreRequest
 from zcp.backends.hf import HFBackend
-from zcp.probe import ProbeConfig, zero_cot_prompt
+from zcp.probe import ProbeConfig, answer_score_requests, zero_cot_prompt
 
 
 def _items(n: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -128,7 +128,8 @@ def end_to_end(args: argparse.Namespace) -> None:
                 runs.append(_run_detect(root, model, *args.detect_args))
             walls[n] = min(runs)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
-    reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]
+    qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
+    reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
     raw = _raw_forward(backend, reqs)[0]
 
     raw_t = _time(raw, args.repeats)
@@ -156,7 +157,8 @@ def main() -> None:
         return
     backend = _backend(args.model)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
-    reqs = [ScoreRequest(zero_cot_prompt(q, cfg), a) for q, a in _items(args.n)]
+    qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
+    reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
     n_params = sum(p.numel() for p in backend.model.parameters())
 
     single = HFBackend(backend.model, backend.tokenizer, max_batch_size=1)

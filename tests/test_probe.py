@@ -40,7 +40,8 @@ def test_all_metrics():
     # the box was never closed: malformed, counted as wrong and inconsistent, no crash
     assert c["malformed"] and not c["correct"] and not c["consistent"] and c["prediction"] is None
     assert a["p_first"] == pytest.approx(0.9) and a["p_all"] == pytest.approx(0.9)
-    assert c["p_all"] == pytest.approx(0.1) and a["n_answer_tokens"] == 1
+    # the fake scores one token per character: the answer "5" and the brace closing the box
+    assert c["p_all"] == pytest.approx(0.1) and a["n_answer_tokens"] == 2 and a["answer_suffix"] == "}"
 
 
 def test_p_all_is_geometric_mean_and_p_first_first_token():

@@ -142,11 +142,12 @@ def truncation_records(backend: Backend, units: list[tuple[tuple, Item]], cots: 
                 kept.append([text, k, n, 0])
             count = getattr(backend, "count_tokens", None)
             if count is not None and getattr(backend, "context_length", None):
-                from zcp.probe import truncated_cot_prompt
+                from zcp.probe import scored_continuation, truncated_cot_prompt
 
                 for _ in range(64):  # shorten the few prompts that overflow, a unit at a time in steps
                     plen, alen = count([truncated_cot_prompt(it.question, kp[0], probe) for (_, it), kp in
-                                        zip(todo, kept, strict=True)], [it.answer for _, it in todo])
+                                        zip(todo, kept, strict=True)],
+                                       [scored_continuation(it.answer, probe) for _, it in todo])
                     excess = _fit(backend, plen, alen, probe)
                     if not any(ex and kp[1] for ex, kp in zip(excess, kept, strict=True)):
                         break  # all fit (or cannot shrink further: the zero-CoT probe itself overflows)

@@ -5,8 +5,10 @@ the model must answer at once. Zero-CoT (API, no pre-fill): an instruction is ap
 turn. Full-CoT: the normal prompt. Metrics follow section 3.4 of the paper:
 - acc: the greedy zero-CoT answer is equivalent to the gold answer;
 - con: the zero-CoT answer is equivalent to the full-CoT answer (no gold label needed);
-- p_first = P(t1 | x^); p_all = exp(mean_k log P(tk | x^, t<k)) with the gold answer tokenised in
-  context right after the prefix (teacher forcing).
+- p_first = P(t1 | x^); p_all = exp(mean_k log P(tk | x^, t<k)) by teacher forcing, over the tokens of
+  the gold answer followed by the text that ends it (`scored_continuation`: the brace closing the
+  pre-filled box), tokenised in context right after the prefix. Scoring the end too is what keeps a
+  strict prefix of the model's answer (gold "5" where the model answers "50") from scoring as the answer.
 An answer that cannot be extracted or parsed is malformed: counted, and scored as wrong.
 """
 
@@ -41,6 +43,9 @@ class ProbeConfig:
     full_cot_suffix: str = ""  # e.g. "\nPlease reason step by step, and put your final answer within \\boxed{}."
     system: str | None = None
     zero_cot_prefix: str = ZERO_COT_PREFIX
+    # The text scored after the gold answer (p_first/p_all): None derives it from zero_cot_prefix
+    # (`answer_end`: one "}" per brace group the prefix leaves open, else a newline); a string overrides.
+    answer_suffix: str | None = None
     api_instruction: str = API_INSTRUCTION
     zero_cot_max_tokens: int = 32
     full_cot_max_tokens: int = 512
@@ -53,6 +58,50 @@ class ProbeConfig:
             raise ValueError(f"unknown metric(s) {bad}; choose from {list(ALL_METRICS)}")
         if self.mode not in ("auto", "prefill", "api"):
             raise ValueError(f"probe.mode must be auto, prefill or api, not {self.mode!r}")
+        if self.answer_suffix is not None and not isinstance(self.answer_suffix, str):
+            raise ValueError(f"probe.answer_suffix must be null or a string, not {self.answer_suffix!r}")
+
+
+def answer_end(prefix: str) -> str:
+    """The text that ends an answer written right after `prefix` (a pure function of the prefix).
+
+    Rule: when `prefix` leaves brace groups open, one `}` per open group, so the default
+    ``... \\boxed{`` gives "}" and ``... \\boxed{\\text{`` gives "}}". Braces are counted raw, as
+    `zcp.answers.close_brace_index` and generation's `stop_at_box_close` count them (a `}` with no open
+    group is ignored). A prefix with no open group (``#### ``, ``The answer is: ``) puts the answer on a
+    line of its own, so the answer ends at the end of that line: "\\n". Conventions that end otherwise
+    (``$``, an EOS-terminated answer) set `ProbeConfig.answer_suffix` instead.
+    """
+    depth = 0
+    for ch in prefix:
+        if ch == "{":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+    return "}" * depth if depth else "\n"
+
+
+def scored_suffix(cfg: ProbeConfig) -> str:
+    """The text scored after the gold answer: `cfg.answer_suffix` when set, else `answer_end(cfg.zero_cot_prefix)`.
+
+    Derived from the zero-CoT prefix alone, so the truncated-CoT probe (reasoning pre-filled before the
+    same prefix, possibly cut inside a brace group) scores the same end as the zero-CoT probe.
+    """
+    return cfg.answer_suffix if cfg.answer_suffix is not None else answer_end(cfg.zero_cot_prefix)
+
+
+def scored_continuation(answer: str, cfg: ProbeConfig) -> str:
+    """The continuation p_first/p_all score after the zero-CoT prefix: the gold answer, then `scored_suffix`.
+
+    Every place that scores or counts the gold answer after the prefix uses this (the probes'
+    score requests, `positions_needed`, the truncation ablation's context fitting).
+    """
+    return answer + scored_suffix(cfg)
+
+
+def answer_score_requests(prompts: Sequence[Prompt], answers: Sequence[str], cfg: ProbeConfig) -> list[ScoreRequest]:
+    """One teacher-forced score request per prompt: `scored_continuation(answer, cfg)` after it."""
+    return [ScoreRequest(p, scored_continuation(a, cfg)) for p, a in zip(prompts, answers, strict=True)]
 
 
 def _prefill(cfg: ProbeConfig, backend: Backend) -> bool:
@@ -73,13 +122,15 @@ def full_cot_prompt(question: str, cfg: ProbeConfig) -> Prompt:
 
 
 def positions_needed(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[int] | None:
-    """Positions each item's probe needs: zero-CoT prompt + max(answer tokens, generation budget), and the
-    full-CoT prompt + its budget when `con` runs. None when the backend cannot count tokens."""
+    """Positions each item's probe needs: zero-CoT prompt + max(scored tokens, generation budget), and the
+    full-CoT prompt + its budget when `con` runs; the scored tokens are the answer and its end
+    (`scored_continuation`). None when the backend cannot count tokens."""
     count = getattr(backend, "count_tokens", None)
     if count is None or not items:
         return None if count is None else []
     prefill = _prefill(cfg, backend)
-    z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items], [it.answer for it in items])
+    z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items],
+                   [scored_continuation(it.answer, cfg) for it in items])
     need = []
     for k in range(len(items)):
         tail = ans[k] if {"p_first", "p_all"} & set(cfg.metrics) else 0
@@ -117,7 +168,13 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
 
 def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[Prompt], recs: list[dict[str, Any]],
                     cfg: ProbeConfig, prefill: bool) -> None:
-    """Fill p_first/p_all (gold answer scored after each prompt) and acc (greedy answer) into `recs`.
+    """Fill p_first/p_all (gold answer and its end scored after each prompt) and acc (greedy answer) into `recs`.
+
+    The scored tokens are those of `scored_continuation` (e.g. "50}") tokenised in context after the
+    prompt: p_first is the probability of the first of them, p_all exp(mean log p) over all of them, the
+    end included. A tokenizer that merges the answer's last character with the brace ("5}" as one token)
+    simply makes that merged token one of the scored tokens. Records say what was scored:
+    `n_answer_tokens` (the number of scored tokens, answer + end) and `answer_suffix` (the end's text).
 
     Shared by the zero-CoT probe and the truncated-CoT probe (whose prompts pre-fill part of a chain of
     thought before the same final-answer prefix), so that a cut at r = 0 is the zero-CoT probe exactly.
@@ -126,10 +183,12 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
         if not prefill or not getattr(backend, "supports_logprobs", True):
             raise ValueError("p_first/p_all need a backend with pre-fill and log-probabilities; "
                              "use probe.metrics=[acc,con] for API models")
-        scores = backend.score([ScoreRequest(p, it.answer) for p, it in zip(prompts, items, strict=True)])
+        suffix = scored_suffix(cfg)
+        scores = backend.score(answer_score_requests(prompts, [it.answer for it in items], cfg))
         for rec, sc in zip(recs, scores, strict=True):
             lps = sc.token_logprobs
             rec["n_answer_tokens"] = len(lps)
+            rec["answer_suffix"] = suffix
             rec["p_first"] = math.exp(lps[0])
             rec["p_all"] = math.exp(sum(lps) / len(lps))
     if {"acc", "con"} & set(cfg.metrics):
