@@ -529,7 +529,11 @@ def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
 
 
 def run_detect(cfg: Any) -> dict[str, Any]:
-    """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B."""
+    """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B.
+
+    With `base_model.path` the base model is probed on the same units into `<out>/base/` and the
+    difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.did).
+    """
     from zcp.config import (
         build_backend,
         model_name,
@@ -546,13 +550,16 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     seed_everything(int(cfg.seed))
     from zcp.backends.config import model_config
     from zcp.backends.registry import check_paths
+    from zcp.did import DID_MD, base_model_config, base_weights, detect_did, free_memory, without_null_base
 
     mc = model_config(cfg.model)
     check_paths(mc)  # before anything is read or loaded
+    base_mc = base_model_config(cfg.get("base_model"), cfg.model)  # base_model.path: checked here too; None: no DiD
     local = mc.backend != "openai"  # a served model has no local weights to fingerprint
     weights = {"model": model_fingerprint(mc.path) if local else None,
-               "adapter": model_fingerprint(mc.adapter) if local else None}
-    out = run_dir(cfg, "detect", str(cfg.data.get("name", "")), model_name(cfg.model), extra=weights)
+               "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
+    out = run_dir(without_null_base(cfg), "detect", str(cfg.data.get("name", "")), model_name(cfg.model),
+                  extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
                               alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
                               reference_draws=str(cfg.stats.reference_draws),
@@ -568,10 +575,18 @@ def run_detect(cfg: Any) -> dict[str, Any]:
                                 "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
                          title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
                          on_ready=lambda: save_config(cfg, out))
+        if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
+            del backend  # the audited model leaves memory before the base model loads
+            free_memory()
+            summary = detect_did(base_mc, datasets, probe, out, settings, summary, tracker)
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+        if base_mc is not None:
+            files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
         if cfg.get("logger") and cfg.logger.get("log_records"):
             files.append(str(out / RECORDS))
         tracker.artifact("detect-results", "zcp-detect", files)
     print((out / TABLE).read_text())
+    if base_mc is not None:
+        print((out / DID_MD).read_text())
     print(f"wrote {out}")
     return summary

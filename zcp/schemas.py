@@ -94,6 +94,20 @@ class SimDetectConfig:
 
 
 @dataclass
+class BaseModelConfig:
+    """run_detect's base model (`base_model.*`): the audited model's base, probed on the same units for the
+    difference-in-differences (zcp.did). Every other engine setting is the audited model's `model.*`."""
+
+    path: str | None = None  # local folder or hub id (backend=openai: the served base model's name); null: no DiD
+    adapter: str | None = None  # a PEFT LoRA folder on top of `path`
+    name: str | None = None  # null: the folder name of `path`
+
+    def __post_init__(self) -> None:
+        check_value(self.path is not None or (self.adapter is None and self.name is None), "base_model.path",
+                    self.path, "set when base_model.adapter or base_model.name is")
+
+
+@dataclass
 class ExposureConfig:
     """The contamination knobs; every value is recorded in exposure.json."""
 
@@ -291,7 +305,7 @@ class ReportConfig:
 
 SCHEMAS: dict[str, type] = {"stats": StatsConfig, "run": RunConfig, "detect": SimDetectConfig,
                             "exposure": ExposureConfig, "data": DataConfig, "ablation": AblationConfig,
-                            "report": ReportConfig}
+                            "report": ReportConfig, "base_model": BaseModelConfig}
 
 from zcp.backends.config import ModelConfig  # noqa: E402  (the `model` group; it imports this module late)
 

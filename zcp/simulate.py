@@ -20,13 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from zcp.data.schema import Item
-from zcp.detect import DetectDataset, DetectSettings, detect, distinct_draws, item_draws, probe_config
-from zcp.io import read_jsonl, stable_hash
+from zcp.detect import DetectDataset, DetectSettings, detect, probe_config
+from zcp.did import did_markdown, simulation_did
+from zcp.io import stable_hash
 from zcp.report import METRIC_LABEL, c_cont_text, plot_c_cont
-from zcp.stats import c_cont, paired_test, pooled_mc_pvalue
 
 log = logging.getLogger(__name__)
 
@@ -109,48 +107,6 @@ def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any,
     return groups, refs, missing
 
 
-def _did_rows(runs: dict[str, Path], splits: list[str], metrics: list[str], settings: DetectSettings) -> list[dict]:
-    """Per split and metric: gap (S - S_ref) of FT and of base per item, and a test of FT gap > base gap.
-
-    The test is the within-item permutation test with m = 1 on the two gaps (swapping the FT and base
-    labels of an item = a sign flip of its gap difference), over all reference draws, the seeds' Monte
-    Carlo streams pooled; per seed, the same on the seed's share of the draws (stability display).
-    """
-    recs = {m: list(read_jsonl(p / "records.jsonl")) for m, p in runs.items()}
-    n_seeds = len(settings.seeds)
-    rows = []
-    for split in splits:
-        for metric in metrics:
-            def gaps(pick: tuple[int, int] | None, metric: str = metric, split: str = split) -> dict[str, dict]:
-                out = {}
-                for model, rr in recs.items():
-                    s = item_draws([r for r in rr if r["split"] == split and r["variant"] == "original"], metric)
-                    ref = item_draws(distinct_draws([r for r in rr if r["split"] == split and r["variant"] == "reference"]),
-                                     metric, pick)
-                    out[model] = {i: float(np.mean(s[i])) - float(np.mean(ref[i])) for i in s if i in ref}
-                return out
-
-            def test(g: dict[str, dict], seed: int, metric: str = metric) -> Any:
-                ids = sorted(set(g["FT"]) & set(g["base"]))
-                return paired_test(metric, [g["FT"][i] for i in ids], [g["base"][i] for i in ids], ids=ids,
-                                   B=settings.bootstrap_samples, seed=seed, kind="continuous")
-
-            g_all = gaps(None)
-            streams = [test(g_all, seed) for seed in settings.seeds]
-            p = pooled_mc_pvalue(streams)
-            per_seed = []
-            for k, seed in enumerate(settings.seeds):
-                res = streams[k] if settings.reference_draws == "all" else test(gaps((k, n_seeds)), seed)
-                per_seed.append({"seed": seed, "gap_ft": res.s, "gap_base": res.s_ref, "did": res.diff,
-                                 "p_value": res.p_value, "c_cont": res.c_cont})
-            main = streams[0]
-            rows.append({"split": split, "metric": metric, "gap_ft": main.s, "gap_base": main.s_ref, "did": main.diff,
-                         "did_std": float(np.std([q["did"] for q in per_seed], ddof=1)) if n_seeds > 1 else 0.0,
-                         "p_value": p, "c_cont": c_cont(p), "test": "sign-flip permutation of per-item gap differences",
-                         "per_seed": per_seed})
-    return rows
-
-
 def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
     def pm(m: float, s: float) -> str:
         return f"{m:.3f} ± {s:.3f}" if multi else f"{m:.3f}"
@@ -166,14 +122,6 @@ def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
                 c = f">{r['c_cont']:.3f}" if r["at_floor"] else c_cont_text(r["c_cont"], r["c_cont_std"], multi)
                 cells += [pm(r["s_ref"], r["s_ref_std"]), pm(r["s"], r["s_std"]), c]
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _did_markdown(rows: list[dict]) -> str:
-    lines = ["| Dataset | Metric | gap FT (S - S_ref) | gap base | DiD | C_cont (DiD > 0) |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['split']} | {METRIC_LABEL[r['metric']]} | {r['gap_ft']:+.3f} | {r['gap_base']:+.3f} | "
-                     f"{r['did']:+.3f} ± {r['did_std']:.3f} | {c_cont_text(r['c_cont'], 0.0, False)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -225,10 +173,10 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
     table7 = _table7(summaries, metrics, multi)
-    did = _did_rows(runs, list(groups), metrics, settings) if "base" in runs else []
+    did = simulation_did(runs, list(groups), metrics, settings) if "base" in runs else []
     (out_root / "table7.md").write_text(table7)
     if did:
-        (out_root / "did.md").write_text(_did_markdown(did))
+        (out_root / "did.md").write_text(did_markdown(did))
     ft_summary = summaries["FT"]
     plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
@@ -258,7 +206,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     print("\nTable 7 analogue (ZCP: one test over all reference draws per metric; ± std: stability over seeds "
           + str(seeds) + ")\n\n" + table7)
     if did:
-        print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + _did_markdown(did))
+        print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + did_markdown(did))
     print(f"plot: {plot}\nsummary: {out_root / 'simulation_summary.json'}")
     return sim
 
