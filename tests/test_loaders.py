@@ -57,8 +57,9 @@ def test_zcp_release_bare_and_skip(shared_data):
     with pytest.raises(DataError, match=r"row 2154, field 'answer'"):
         load_items(path, "zcp_release")
     skipped = []
-    items = load_items(path, "zcp_release", on_invalid="skip", skipped=skipped)
-    assert len(items) == 2172 - 4 and [s["row"] for s in skipped] == [2154, 2159, 2161, 2169]
+    # the release repeats 4 questions (same answers): merged, the later rows listed (tests/test_duplicates.py)
+    items = load_items(path, "zcp_release", on_invalid="skip", on_duplicate="merge", skipped=skipped)
+    assert len(items) == 2172 - 4 - 4 and [s["row"] for s in skipped] == [2154, 2159, 2161, 2169, 512, 785, 845, 1899]
     assert items[0].solution and items[0].answer == "2 \\sqrt{2}-2"
 
 
@@ -400,7 +401,9 @@ def test_variant_files_use_the_data_format_and_prefix():
     para = ds.variants["paraphrased"]
     assert [para[it.id][0].question[:20] for it in ds.originals] == [
         "Throughout each week", "A cargo trailer hold", "Sam ends up marooned"]
-    assert [para[it.id][0].answer for it in ds.originals] == ["624", "43", "400"] and not issues
+    assert [para[it.id][0].answer for it in ds.originals] == ["624", "43", "400"]
+    # the paraphrases stand in for the reference here: each shares its original's answer, one warning per row
+    assert [x["warning"] for x in issues] == [f"reference answer equals the original's ({a})" for a in ("624", "43", "400")]
 
 
 def _modified(tmp_path, originals, key):
@@ -499,7 +502,7 @@ def jsonl_lines(draw):
             expect[row] = ("field", None)
         else:
             ids.append(rid)
-        question = json.dumps(draw(TEXT))
+        question = json.dumps(f"Q{row}: " + draw(TEXT))  # distinct: a repeated question is refused (test_duplicates)
         if kind == "str":
             text = draw(TEXT)
             answer, result = json.dumps(text, ensure_ascii=draw(st.booleans())), ("ok", text)

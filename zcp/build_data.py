@@ -50,37 +50,44 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[str, Any]], str | None]:
     """Items of the `data` config: a file read by `zcp.data.loaders`, ArithMark records, or generated word problems.
 
-    Returns (items, skipped rows with file/row/reason, source path or None when generated).
+    Every source goes through `zcp.data.loaders.check_duplicates` (`data.on_duplicate`: a repeated question
+    is refused, or with merge counted once, before `data.limit` takes the first N). Returns (items, skipped
+    rows with file/row/reason, including repeated questions left out, source path or None when generated).
     """
+    from zcp.data.loaders import check_duplicates, resolve_path
+
     fmt = str(_get(data_cfg, "format", "items"))
     path = _get(data_cfg, "path")
     limit = _get(data_cfg, "limit")
+    on_duplicate = str(_get(data_cfg, "on_duplicate", "error"))
     skipped: list[dict[str, Any]] = []
     if fmt == "arithmark":
         from zcp.data import arithmark
 
         if path:
-            from zcp.data.loaders import resolve_path
-
             records = arithmark.load_arithmark(resolve_path(path))
         else:
             records = arithmark.generate_arithmark(int(_get(data_cfg, "n_per_stage", 1000)),
                                                    int(_get(data_cfg, "generator_seed", seed)))
-        items = [arithmark.arithmark_to_item(r) for r in records]
+        items = check_duplicates([arithmark.arithmark_to_item(r) for r in records],
+                                 str(resolve_path(path)) if path else None, on_duplicate,
+                                 name=None if path else "the generated ArithMark benchmark", dropped=skipped)
     elif fmt == "wordproblems" and not path:
         from zcp.data.wordproblems import generate_word_problems
 
         families = _get(data_cfg, "families")
         items = generate_word_problems(int(_get(data_cfg, "n", 1000)), int(_get(data_cfg, "generator_seed", seed)),
                                        families=list(families) if families else None)
+        items = check_duplicates(items, None, on_duplicate, name="the generated word-problem benchmark",
+                                 dropped=skipped)
     else:
-        from zcp.data.loaders import load_items, resolve_path
+        from zcp.data.loaders import load_items
 
         if not path:
             raise DataError("data.path is required", field="data.path")
         items = load_items(path, "items" if fmt == "wordproblems" else fmt, fields=dict(_get(data_cfg, "fields", {})),
                            variant=_get(data_cfg, "variant"), on_invalid=str(_get(data_cfg, "on_invalid", "error")),
-                           skipped=skipped)
+                           skipped=skipped, on_duplicate=on_duplicate)
         path = str(Path(resolve_path(path)).resolve())
     if limit is not None:
         items = items[: int(limit)]

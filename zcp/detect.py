@@ -448,7 +448,7 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
 
     bench = load_benchmark(d["path"], fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
                            sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                           on_invalid=d.get("on_invalid", "error"))
+                           on_invalid=d.get("on_invalid", "error"), on_duplicate=d.get("on_duplicate") or "error")
     issues: list[dict[str, Any]] = [*bench.skipped, *bench.warnings]
     ref_format = d.get("reference_format") or "items"
     reference = load_paired(d["reference_path"], bench, ref_format, fields=own_fields("reference_fields", ref_format),

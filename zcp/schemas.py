@@ -184,6 +184,7 @@ class DataConfig:
     sample: int | None = None
     sample_seed: Any = "${oc.select:seed,0}"
     on_invalid: str = "error"
+    on_duplicate: str = "error"  # a question repeated in the benchmark: error | merge (count it once)
     pair_by: str | None = None
     reference_path: Any = None
     reference_format: str = "items"
@@ -208,10 +209,14 @@ class DataConfig:
     split_name: str | None = None
 
     def __post_init__(self) -> None:
+        from zcp.data.loaders import DUPLICATE_POLICIES
+
         for key, val in (("format", self.format), ("reference_format", self.reference_format),
                          ("variant_format", self.variant_format)):
             check_value(val is None or val in FORMATS, f"data.{key}", val, f"one of {list(FORMATS)}")
         check_value(self.on_invalid in ("error", "skip"), "data.on_invalid", self.on_invalid, "error or skip")
+        check_value(self.on_duplicate in DUPLICATE_POLICIES, "data.on_duplicate", self.on_duplicate,
+                    f"one of {list(DUPLICATE_POLICIES)}")
         check_value(self.missing_reference in ("error", "skip"), "data.missing_reference", self.missing_reference,
                "error or skip")
         check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,

@@ -2,7 +2,8 @@
 
 Follows `papers/arithmark.txt`: stage s has s+1 integer operands in [-20, 20] joined by operators from
 {+, -, *, /}, evaluated strictly left to right (no precedence); an expression that divides by zero is
-rejected and redrawn; the answer is rounded to 4 decimals and an integral result is an int. Each record
+rejected and redrawn, and so is one already drawn in its stage (a deviation from the spec: a benchmark
+holds each item once, see `generate_arithmark`); the answer is rounded to 4 decimals and an integral result is an int. Each record
 has three distractors (answer + offset, |offset| in [0.5, 15.0], random sign): an integer answer gets
 two integer distractors and one float, a float answer two floats and one integer. Arithmetic is done
 with exact fractions so rounding never depends on binary floating point (0.1 + 0.2 != 0.3).
@@ -206,18 +207,42 @@ def _stage_rng(seed: int, stage: int) -> random.Random:
     return random.Random(f"arithmark:{seed}:stage{stage}")
 
 
+def n_expressions(stage: int) -> int:
+    """How many distinct expressions stage `stage` has: 41 first operands, then per (operator, operand)
+    41 * 4 pairs less the division by zero (163); stage 1 has 6,683."""
+    n_values = OPERAND_MAX - OPERAND_MIN + 1
+    return n_values * (n_values * len(OPERATORS) - 1) ** stage
+
+
 def generate_arithmark(n_per_stage: int = 1000, seed: int = 0,
                        stages: Sequence[int] = STAGES) -> list[dict[str, Any]]:
-    """Generate ArithMark records (ids `math_s{stage}_{i:05d}`), reproducible from `seed`."""
+    """Generate ArithMark records (ids `math_s{stage}_{i:05d}`), reproducible from `seed`.
+
+    Expressions are distinct within a stage (stages differ in length, so across stages too): a drawn
+    expression already in the stage is redrawn. The spec draws with replacement, but a benchmark must not
+    hold the same item twice (each copy would count as independent evidence, `zcp.data.loaders.
+    check_duplicates`), and stage 1 has only `n_expressions(1)` = 6,683 expressions: 1,000 draws with
+    replacement repeat about 75 of them. Each record is thus a uniform draw among the expressions not yet
+    drawn (sampling without replacement); the stream is the spec's until the first repeat, a stage's
+    first N records do not depend on n_per_stage, and n_per_stage above a stage's count fails.
+    """
     if n_per_stage < 0:
         raise ValueError("n_per_stage must be >= 0")
     records = []
     for stage in stages:
         if stage not in STAGES:
             raise ValueError(f"ArithMark stages are {STAGES}, got {stage}")
+        if n_per_stage > n_expressions(stage):
+            raise ValueError(f"n_per_stage={n_per_stage}: stage {stage} has only {n_expressions(stage)} distinct "
+                             "expressions")
         rng = _stage_rng(seed, stage)
+        seen: set[tuple[tuple[int, ...], tuple[str, ...]]] = set()
         for i in range(n_per_stage):
-            operands, operators = _draw_expression(stage + 1, rng)
+            while True:
+                operands, operators = _draw_expression(stage + 1, rng)
+                if (key := (tuple(operands), tuple(operators))) not in seen:
+                    seen.add(key)
+                    break
             records.append(make_record(f"math_s{stage}_{i:05d}", stage, operands, operators, rng))
     return records
 

@@ -24,6 +24,15 @@ when asked for). Rows of originals that were not selected (limit, sample, skippe
 a row naming an original that is not in the data file at all is an error. When a row carries the
 original's text (`original_question`/`original_problem`), it must match the paired item's question.
 
+Duplicates. A benchmark must not hold the same question twice: each copy would count as independent
+evidence (50 items listed twice under new ids turn a clean model's p of 0.063 into 0.003). Questions are
+compared after whitespace normalisation only (strip, runs of whitespace -> one space). Policy
+`on_duplicate`: `error` (the default) refuses the file naming the ids; `merge` keeps the first occurrence
+(file order) and lists every dropped row with the skipped rows. Copies with different gold answers
+(`zcp.answers.answers_equal`) fail under both policies: they cannot be merged. Reference/variant rows of a
+dropped copy pair to an id not selected and are left out. `check_duplicates` is the check; every path
+that loads a benchmark calls it (detection, build_data, the simulation, the baselines).
+
 Every error is a one-line `DataError` naming file, row and field.
 """
 
@@ -41,11 +50,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from zcp.answers import answers_equal
 from zcp.data.schema import DataError, Item
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("gsm8k", "zcp_release", "jsonl", "items")
+DUPLICATE_POLICIES = ("error", "merge")  # `on_duplicate`: refuse a repeated question, or count it once
 PAIR_BY = ("original_id", "original_index", "id", "position")
 RELEASE_VARIANTS = ("bare", "original", "paraphrased", "modified")
 # keys of a `fields` map (format jsonl/items); None values mean "the default"
@@ -480,6 +491,93 @@ def _warn(warnings: list[dict[str, Any]] | None, path: str, message: str) -> Non
         warnings.append({"file": path, "warning": message})
 
 
+# ------------------------------------------------------------------------------------------ duplicates
+
+
+class _Duplicates:
+    """Tracks the questions of a benchmark as items arrive (in any order), to keep the first of each in file order.
+
+    `add` takes an item and its 0-based file position and returns the position to leave out (the new item,
+    or the copy kept so far when the new one comes earlier in the file), or None when its question is new.
+    `finish` raises or reports (module docstring: Duplicates).
+    """
+
+    def __init__(self, on_duplicate: str, key: str) -> None:
+        if on_duplicate not in DUPLICATE_POLICIES:
+            from zcp.schemas import ConfigError
+
+            raise ConfigError(f"{key}={on_duplicate!r}: must be one of {', '.join(DUPLICATE_POLICIES)}")
+        self.policy, self.key = on_duplicate, key
+        self.kept: dict[str, tuple[int, Item]] = {}
+        self.copies: dict[str, list[tuple[int, Item]]] = defaultdict(list)  # question -> every later copy
+
+    def add(self, item: Item, pos: int) -> int | None:
+        q = _norm(item.question)
+        if q not in self.kept:
+            self.kept[q] = (pos, item)
+            return None
+        if pos < self.kept[q][0]:  # drawn out of file order (`sample`): the earlier row is the one kept
+            self.kept[q], (pos, item) = (pos, item), self.kept[q]
+        self.copies[q].append((pos, item))
+        return pos
+
+    def finish(self, path: str | None, name: str, dropped: list[dict[str, Any]] | None = None) -> None:
+        """Raise for copies whose answers differ, and for any copy under `error`; else log the copies left out
+        and append each to `dropped` as {file, row, id, field, reason}."""
+        if not self.copies:
+            return
+        groups = sorted(((self.kept[q], sorted(c, key=lambda x: x[0])) for q, c in self.copies.items()),
+                        key=lambda g: g[0][0])
+        conflicts = [(first, it) for (_, first), copies in groups for _, it in copies
+                     if not answers_equal(it.answer, first.answer)]
+        if conflicts:
+            shown = ", ".join(f"{a.id} = {b.id} ({a.answer!r} vs {b.answer!r})" for a, b in conflicts[:5])
+            more = f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
+            raise DataError(f"{name}: {len(conflicts)} question(s) appear more than once with different gold "
+                            f"answers (ids {shown}{more}): they cannot be merged; fix the answers or drop the "
+                            "copies")
+        if self.policy == "error":
+            shown = ", ".join(" = ".join([first.id, *(it.id for _, it in copies)])
+                              for (_, first), copies in groups[:5])
+            more = f", ... (+{len(groups) - 5} more)" if len(groups) > 5 else ""
+            raise DataError(f"{name}: {len(groups)} question(s) appear more than once (ids {shown}{more}); "
+                            f"set {self.key}=merge to count each once")
+        ids = []
+        for (_, first), copies in groups:
+            where = f" (row {first.metadata['row']})" if "row" in first.metadata else ""
+            for _, it in copies:
+                rec: dict[str, Any] = {"file": path or name}
+                if "row" in it.metadata:
+                    rec["row"] = it.metadata["row"]
+                rec.update(id=it.id, field="question",
+                           reason=f"duplicate of '{first.id}'{where}: the same question, counted once "
+                                  f"({self.key}=merge)")
+                ids.append(it.id)
+                if dropped is not None:
+                    dropped.append(rec)
+        log.warning("%s: %d repeated question(s) left out (%s=merge), e.g. %s", name, len(ids), self.key,
+                    ", ".join(ids[:5]))
+
+
+def check_duplicates(items: Sequence[Item], path: str | None = None, on_duplicate: str = "error", *,
+                     name: str | None = None, key: str = "data.on_duplicate",
+                     dropped: list[dict[str, Any]] | None = None) -> list[Item]:
+    """The items of a benchmark with each question once: the check of every path that loads a benchmark.
+
+    Questions are compared after whitespace normalisation (strip, runs of whitespace -> one space; nothing
+    else). `on_duplicate="error"`: a repeated question raises a one-line DataError naming the file (`path`,
+    or `name`) and the ids, first few groups and their count, and the config `key` that merges them.
+    `"merge"`: the first occurrence (list order) is kept, every other copy is left out and appended to
+    `dropped` ({file, row, id, field, reason}, what summary.json lists as skipped rows). Copies with
+    different gold answers (`answers_equal` false) raise under both policies, naming the ids and answers.
+    Why: a repeated item is not independent evidence, and would shrink the test's p-value with every copy.
+    """
+    dup = _Duplicates(on_duplicate, key)
+    left_out = {dup.add(it, pos) for pos, it in enumerate(items)} - {None}
+    dup.finish(path, name or (f"file {path}" if path else "the dataset"), dropped)
+    return [it for pos, it in enumerate(items) if pos not in left_out]
+
+
 # ------------------------------------------------------------------------------------------ benchmark
 
 
@@ -547,14 +645,18 @@ class Benchmark:
 
 def load_benchmark(path: str | os.PathLike[str], format: str = "items", *, fields: Mapping[str, Any] | None = None,
                    variant: str | None = None, limit: int | None = None, sample: int | None = None,
-                   seed: int = 0, on_invalid: str = "error", unique_ids: bool = True) -> Benchmark:
+                   seed: int = 0, on_invalid: str = "error", unique_ids: bool = True, on_duplicate: str = "error",
+                   duplicate_key: str = "data.on_duplicate") -> Benchmark:
     """Read a data file and select its items: all, the first `limit`, or `sample` drawn at random.
 
     `limit` takes the first N usable rows in file order; `sample` draws N usable rows at random (seeded
     by `seed`) and keeps them in file order. Only the rows examined to find them are validated: with
     `on_invalid="skip"`, a row that cannot become an item (a missing or empty field) is left out and
     recorded in `skipped` (file, row, field, reason); otherwise it raises. Duplicate ids anywhere in the
-    file fail with both rows named.
+    file fail with both rows named. A question repeated among the rows examined is refused, or with
+    `on_duplicate="merge"` counted once (the earliest row kept, the others recorded in `skipped`; a left-out
+    copy is not a usable row, so `limit`/`sample` still give N distinct questions); `duplicate_key` is the
+    config key messages name (see `check_duplicates`).
     """
     if on_invalid not in ("error", "skip"):
         raise ValueError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
@@ -564,6 +666,7 @@ def load_benchmark(path: str | os.PathLike[str], format: str = "items", *, field
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise DataError(f"must be a positive integer, not {n!r}", field=name)
     spec = _Spec.make(format, fields, variant)
+    dup = _Duplicates(on_duplicate, duplicate_key)
     raw = read_rows(path)
     sp = raw.path
     stem = Path(sp).stem
@@ -599,28 +702,36 @@ def load_benchmark(path: str | os.PathLike[str], format: str = "items", *, field
             skipped.append({"file": sp, "row": i, "field": e.field, "reason": str(e)})
             continue
         chosen[index] = parsed.item
+        out = dup.add(parsed.item, index)
+        if out is not None:
+            del chosen[out]
+    n_invalid = len(skipped)
+    dup.finish(sp, f"file {sp}", skipped)
     if not chosen:
         raise DataError(f"no usable rows ({len(skipped)} skipped)" if skipped else "no rows", path=sp)
     bench = Benchmark(sp, [chosen[k] for k in sorted(chosen)], ids, [i for i, _ in raw.rows], src, fields_seen,
                       skipped)
     if floats is not None:
         _float_warning(floats, sp, bench.warnings)
-    if skipped:
-        log.warning("%s: %d row(s) skipped (on_invalid=skip)", sp, len(skipped))
+    if n_invalid:
+        log.warning("%s: %d row(s) skipped (on_invalid=skip)", sp, n_invalid)
     return bench
 
 
 def load_items(path: str | os.PathLike[str], format: str = "items", *, fields: Mapping[str, Any] | None = None,
                variant: str | None = None, limit: int | None = None, sample: int | None = None, seed: int = 0,
                unique_ids: bool = True, on_invalid: str = "error", skipped: list[dict[str, Any]] | None = None,
-               warnings: list[dict[str, Any]] | None = None) -> list[Item]:
+               warnings: list[dict[str, Any]] | None = None, on_duplicate: str = "error",
+               duplicate_key: str = "data.on_duplicate") -> list[Item]:
     """Load a benchmark file as Items (see `load_benchmark`); skipped rows and warnings go to the lists given.
 
-    Answers are the text in the file (module docstring); skipped rows and warnings are never dropped
-    silently: pass lists to receive them (a run lists them in summary.json).
+    Answers are the text in the file (module docstring); skipped rows (also repeated questions left out by
+    `on_duplicate="merge"`) and warnings are never dropped silently: pass lists to receive them (a run
+    lists them in summary.json).
     """
     bench = load_benchmark(path, format, fields=fields, variant=variant, limit=limit, sample=sample, seed=seed,
-                           on_invalid=on_invalid, unique_ids=unique_ids)
+                           on_invalid=on_invalid, unique_ids=unique_ids, on_duplicate=on_duplicate,
+                           duplicate_key=duplicate_key)
     if skipped is not None:
         skipped.extend(bench.skipped)
     if warnings is not None:
@@ -679,7 +790,11 @@ def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by:
     originals not selected are dropped; a row naming an original the data file does not hold fails, as
     does a row whose original text differs from the paired item's question. Selected originals without
     any row fail when `require_all` (listing the missing ids). Rows repeating their original's question
-    word for word (no perturbation) are counted in a warning.
+    word for word (no perturbation) are counted in a warning. Reference rows (`what="reference"`) that are
+    perturbed but whose gold answer equals their original's (`answers_equal`) get one warning each in
+    `warnings` ({file, row, id, original_id, warning}) and one log line with the count: an exact
+    perturbation may share the answer by chance, so they are kept, but many of them mean the perturbation
+    did not change what the item asks.
     """
     if not rows:
         raise DataError("no rows", path=path)
@@ -689,6 +804,7 @@ def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by:
     data_row = dict(zip(originals.ids, originals.rows, strict=True))
     grouped: dict[str, list[Item]] = defaultdict(list)
     dropped = identical = 0
+    same_answer: list[dict[str, Any]] = []
     for r in rows:
         if by == "id":
             if not r.explicit_id:
@@ -726,6 +842,9 @@ def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by:
                             field=r.original_text[0])
         if _norm(r.item.question) == _norm(original.question):
             identical += 1
+        elif what == "reference" and answers_equal(r.item.answer, original.answer):
+            same_answer.append({"file": path, "row": r.row, "id": r.item.id, "original_id": oid,
+                                "warning": f"reference answer equals the original's ({original.answer})"})
         grouped[oid].append(r.item)
     n_paired = sum(len(v) for v in grouped.values())
     log.info("%s: %d %s row(s) paired by %s to %d item(s); %d row(s) of items not selected left out",
@@ -736,6 +855,11 @@ def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by:
     elif identical:
         _warn(warnings, path, f"{identical} of {n_paired} {what} rows repeat their original's question word for "
                               f"word (not perturbed)")
+    if same_answer:
+        log.warning("%s: %d of %d %s rows have their original's gold answer (kept; listed in data_warnings), "
+                    "first row %d", path, len(same_answer), n_paired, what, same_answer[0]["row"])
+        if warnings is not None:
+            warnings.extend(same_answer)
     if require_all:
         missing = [it.id for it in originals.items if it.id not in grouped]
         if missing:

@@ -179,9 +179,13 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
 
 
 def inputs_from_data(cfg: Any) -> JobInputs:
-    """C (data.path) and optional U (data.u_path, or a data.manifest split), with optional references."""
+    """C (data.path) and optional U (data.u_path, or a data.manifest split), with optional references.
+
+    A question repeated within a file, or in both C and U (one benchmark), is refused
+    (`data.on_duplicate=error`) or kept once (`merge`: its first copy, C's when in both; the copies left
+    out are listed with the data issues)."""
     from zcp.config import to_dict
-    from zcp.data.loaders import field_map, load_benchmark, load_paired, resolve_path
+    from zcp.data.loaders import check_duplicates, field_map, load_benchmark, load_paired, resolve_path
     from zcp.data.split import Manifest
 
     d = to_dict(cfg.data)
@@ -189,12 +193,13 @@ def inputs_from_data(cfg: Any) -> JobInputs:
         raise ConfigError("data.path is required (or run_dir=outputs/contaminate/<run>)")
     fmt = d.get("format") or "items"
     fields = field_map(d.get("fields"), where="data.fields")
+    on_duplicate = d.get("on_duplicate") or "error"
     issues: list[dict[str, Any]] = []
 
     def load(path: str, ref_path: str | None, name: str) -> tuple[Any, dict[str, list[Item]]]:
         bench = load_benchmark(path, fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
                                sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                               on_invalid=d.get("on_invalid", "error"))
+                               on_invalid=d.get("on_invalid", "error"), on_duplicate=on_duplicate)
         issues.extend([*bench.skipped, *bench.warnings])
         refs: dict[str, list[Item]] = {}
         if ref_path:
@@ -223,7 +228,12 @@ def inputs_from_data(cfg: Any) -> JobInputs:
         files["data"] = FileData("data", bench.path, bench.items, refs)
         if d.get("u_path"):
             ub, urefs = load(d["u_path"], d.get("u_reference_path"), "u")
-            files["u"] = FileData("u", ub.path, ub.items, urefs)
+            # C and U are one benchmark: a question in both keeps C's copy (first), U's is listed as left out
+            both = check_duplicates(bench.items + ub.items, ub.path, on_duplicate, dropped=issues,
+                                    name=f"data files {bench.path} (C) and {ub.path} (U)")
+            u_items = both[len(bench.items):]
+            u_ids = {it.id for it in u_items}
+            files["u"] = FileData("u", ub.path, u_items, {k: v for k, v in urefs.items() if k in u_ids})
         elif d.get("u_reference_path"):
             raise ConfigError("data.u_reference_path is set without data.u_path")
     m = cfg.model

@@ -60,7 +60,7 @@ _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
     "exposure": {"answer_format": "probe", "paraphrases_path": None, "paraphrases_format": "items",
                  "paraphrases_variant": None, "paraphrases_pair_by": None},
     "split": {"c_path": None, "u_path": None},
-    "benchmark": {"variant": None},
+    "benchmark": {"variant": None, "on_duplicate": "error"},
 }
 # The `model` keys that decide what is trained (the rest - backend, vllm, api, batch sizes, probe settings -
 # only serve detection and inference, and grow as backends do): only these enter the fingerprint.
@@ -194,46 +194,58 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
 # ---------------------------------------------------------------------------------------------- data
 def load_benchmark(cfg: Mapping[str, Any]) -> list[Item]:
     """The benchmark items: generated word problems, an Item/GSM8K-style file, the `data` config group, or
-    the given C and U files (`split.c_path`, `split.u_path`: C's items then U's)."""
+    the given C and U files (`split.c_path`, `split.u_path`: C's items then U's).
+
+    Whatever the source, a question may appear once (`zcp.data.loaders.check_duplicates`, policy
+    `benchmark.on_duplicate`: error, or merge to keep the first copy; copies with different answers fail):
+    a repeated item trained on or probed twice would count as two pieces of evidence."""
+    from zcp.data.loaders import check_duplicates, load_items
+
     b = dict(cfg.get("benchmark") or {})
     split = dict(cfg.get("split") or {})
     if split.get("c_path") and split.get("u_path"):
         c_items, u_items = load_split_files(cfg)
         return c_items + u_items
     source = b.get("source", "wordproblems")
+    policy, key = b.get("on_duplicate") or "error", "benchmark.on_duplicate"
     if source == "wordproblems":
         from zcp.data.wordproblems import generate_word_problems
 
-        return generate_word_problems(int(b.get("n", 200)), seed=int(b.get("seed", 0)),
-                                      families=b.get("families"), id_prefix=b.get("id_prefix", "wp"))
-    from zcp.data.loaders import load_items
-
+        items = generate_word_problems(int(b.get("n", 200)), seed=int(b.get("seed", 0)),
+                                       families=b.get("families"), id_prefix=b.get("id_prefix", "wp"))
+        return check_duplicates(items, None, policy, name="the generated word-problem benchmark", key=key)
     if source == "file":
         return load_items(resolve_model_path(b["path"]), format=b.get("format", "items"), limit=b.get("limit"),
-                          variant=b.get("variant"))
+                          variant=b.get("variant"), on_duplicate=policy, duplicate_key=key)
     if source == "data":  # the lead's `data` group: {path, format, ...}
         d = dict(cfg.get("data") or {})
-        return load_items(resolve_model_path(d["path"]), format=d.get("format", "items"), limit=b.get("limit"))
+        return load_items(resolve_model_path(d["path"]), format=d.get("format", "items"), limit=b.get("limit"),
+                          on_duplicate=policy, duplicate_key=key)
     raise ValueError(f"unknown benchmark.source {source!r} (wordproblems | file | data)")
 
 
 def load_split_files(cfg: Mapping[str, Any]) -> tuple[list[Item], list[Item]]:
     """(C items, U items) from `split.c_path` / `split.u_path` (e.g. the ZCP release's dataset_c/dataset_u),
     read with `benchmark.format` / `benchmark.variant`, `benchmark.limit` rows of each. An id present in both
-    files fails with one line naming both files."""
-    from zcp.data.loaders import load_items
+    files fails with one line naming both files. C and U together are the benchmark: a question repeated
+    within a file or across the two is refused (`benchmark.on_duplicate=error`, naming the ids) or, with
+    `merge`, kept once (its first copy: C's when it is in both, so U loses it)."""
+    from zcp.data.loaders import check_duplicates, load_items
 
     b, split = dict(cfg.get("benchmark") or {}), dict(cfg.get("split") or {})
     fmt = b.get("format") or "items"
+    policy, key = b.get("on_duplicate") or "error", "benchmark.on_duplicate"
     out = []
-    for key in ("c_path", "u_path"):
-        out.append(load_items(resolve_model_path(str(split[key])), format=fmt, variant=b.get("variant"),
-                              limit=b.get("limit")))
+    for name in ("c_path", "u_path"):
+        out.append(load_items(resolve_model_path(str(split[name])), format=fmt, variant=b.get("variant"),
+                              limit=b.get("limit"), on_duplicate=policy, duplicate_key=key))
     both = sorted({it.id for it in out[0]} & {it.id for it in out[1]})
     if both:
         raise DataError(f"{len(both)} id(s) in both the C and the U file, first {both[0]!r} "
                         f"(U file {split['u_path']})", path=str(split["c_path"]), field="id")
-    return out[0], out[1]
+    kept = check_duplicates(out[0] + out[1], None, policy, key=key,
+                            name=f"C file {split['c_path']} and U file {split['u_path']}")
+    return out[0], kept[len(out[0]):]  # C's copy comes first (and C has none within): C keeps all its items
 
 
 def _manifest(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: int) -> Any:
