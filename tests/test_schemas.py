@@ -68,6 +68,7 @@ def test_unknown_keys_and_wrong_types_fail_at_compose(override):
     ("stats.alpha=2", "stats.alpha"), ("stats.reference_draws=perseed", "stats.reference_draws"),
     ("stats.test=sign", "stats.test"), ("run.chunk_size=0", "run.chunk_size"), ("detect.seeds=[]", "detect.seeds"),
     ("detect.m=0", "detect.m"), ("exposure.leak_fraction=1.5", "exposure.leak_fraction"),
+    ("exposure.leak_fraction=-0.5", "exposure.leak_fraction"), ("exposure.sham_items=0", "exposure.sham_items"),
     ("exposure.clean_fraction=1", "exposure.clean_fraction"), ("exposure.lora_r=2.5", "exposure.lora_r"),
     ("exposure.grpo_prompts=all", "exposure.grpo_prompts"),
 ])
@@ -98,4 +99,4 @@ def test_fuzzed_overrides_fail_loudly_or_hold_valid_values(pairs):
     assert s.test in ("permutation", "bootstrap") and s.bootstrap_samples >= 1 and 0 < s.alpha < 1
     assert s.reference_draws in ("all", "per_seed") and r.chunk_size >= 1
     assert d.m >= 1 and d.seeds and len(set(d.seeds)) == len(d.seeds)
-    assert e.k >= 0 and 0 < e.leak_fraction <= 1 and 0 <= e.answer_only_fraction <= 1 and 0 <= e.clean_fraction < 1
+    assert e.k >= 0 and 0 <= e.leak_fraction <= 1 and 0 <= e.answer_only_fraction <= 1 and 0 <= e.clean_fraction < 1

@@ -5,6 +5,8 @@ is visible at a glance.
     python evaluate/run_exposure_report.py root=outputs/contaminate name=exposure
 
 Also runs by itself at the end of `python train/run_demo.py experiment=exposure_sweep` (a Hydra callback).
+A sham run (exposure.leak_fraction=0: the recipe on non-benchmark items, nothing of C leaked) is labelled
+"sham" in the format column and the plot: it is the fine-tuning's false-positive control, not exposure 0.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
         if not (sim_path.exists() and exp_path.exists()):
             continue
         sim, exp = json.loads(sim_path.read_text()), json.loads(exp_path.read_text())
-        row: dict[str, Any] = {"run": run.name, **exp["knobs"], "base_model": Path(str(exp.get("base_model", ""))).name}
+        row: dict[str, Any] = {"run": run.name, **exp["knobs"], "arm": run_arm(exp),
+                               "base_model": Path(str(exp.get("base_model", ""))).name}
         for split_row in (sim.get("table6") or {}).get("rows", []):
             for stage, key in (("before", "base"), ("final", "final")):
                 if key in split_row:
@@ -41,6 +44,13 @@ def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
     return rows
 
 
+def run_arm(exposure: dict[str, Any]) -> str:
+    """A run's arm from its exposure.json: "sham" (leak_fraction=0, nothing of C leaked) or "leak"."""
+    if exposure.get("arm"):
+        return str(exposure["arm"])
+    return "sham" if float((exposure.get("knobs") or {}).get("leak_fraction", 1.0)) == 0.0 else "leak"
+
+
 def exposure_level(row: dict[str, Any]) -> float:
     """Times each leaked item was seen in SFT: paraphrase variants (k, or 1 for verbatim) x epochs."""
     return max(1, int(row["k"])) * float(row["sft_epochs"])
@@ -51,11 +61,13 @@ ANSWER_FORMAT_LABEL = {"probe": "probe line", "hash": "`#### N`", "sentence": "`
 
 
 def format_label(row: dict[str, Any]) -> str:
-    """The leak's format: CoT / answer share, and the answer line when it is not the probe's (answer_format)."""
+    """The leak's format: CoT / answer share, and the answer line when it is not the probe's (answer_format);
+    "sham, ..." for a sham run (the same format on non-benchmark items)."""
     f = float(row["answer_only_fraction"])
     label = "CoT only" if f == 0 else "answer only" if f == 1 else f"CoT + answer ({f:.0%} answer-only)"
     af = row.get("answer_format") or "probe"
-    return label if af == "probe" else f"{label}, {ANSWER_FORMAT_LABEL.get(af, af)}"
+    label = label if af == "probe" else f"{label}, {ANSWER_FORMAT_LABEL.get(af, af)}"
+    return f"sham, {label}" if row.get("arm") == "sham" else label
 
 
 def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] = ("p_all", "p_first", "acc", "con")) -> Path:
@@ -117,8 +129,9 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
             b, a = r.get(f"cot_acc/{split}/before"), r.get(f"cot_acc/{split}/final")
             return f"{b:.2f}→{a:.2f}" if b is not None and a is not None else "–"
 
+        c_split = "C" if r.get("arm") == "sham" else "C_leaked"  # a sham's C is one split (nothing leaked)
         cells = [format_label(r), str(r["k"]), f"{r['sft_epochs']:g}", str(r["grpo_steps"]),
-                 f"{r.get('clean_fraction', 0.0):g}", acc("C_leaked"), acc("U")]
+                 f"{r.get('clean_fraction', 0.0):g}", acc(c_split), acc("U")]
         cells += [" / ".join(c_cont_text(r.get(f"FT/{s}/{m}/c_cont", float("nan")), 0.0, False) for s in ("C", "U"))
                   for m in metrics]
         if with_base_cc:

@@ -114,7 +114,10 @@ class ExposureConfig:
     k: int = 6  # paraphrase variants per leaked item (0 = leak the originals verbatim)
     paraphraser: str = "auto"  # auto = template rewording for generated items, rules otherwise; or a registered name
     include_original: bool = False
-    leak_fraction: float = 1.0  # fraction of C actually trained on (seeded choice)
+    leak_fraction: float = 1.0  # fraction of C actually trained on (seeded choice); 0 = the sham arm (below)
+    # leak_fraction=0, the negative control: the recipe of a full leak (k, CoTs, format mix, clean mix, GRPO) on
+    # this many fresh non-benchmark items instead of C (null = |C|); nothing of C or U is trained on
+    sham_items: int | None = None
     answer_only_fraction: float = 0.5  # share of answer-only completions (0 = CoT only, 1 = answer only)
     clean_fraction: float = 0.5  # share of the SFT set that is clean (non-benchmark) data
     # these four follow the training profile (`train=cpu_tiny` | `train=gpu_7b`) unless set here
@@ -135,7 +138,10 @@ class ExposureConfig:
         check_value(self.k >= 0, "exposure.k", self.k, ">= 0")
         check_value(self.answer_format in ("probe", "hash", "sentence", "boxed", "mix"), "exposure.answer_format",
                     self.answer_format, "one of probe, hash, sentence, boxed, mix")
-        check_value(0.0 < self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction, "in (0, 1]")
+        check_value(0.0 <= self.leak_fraction <= 1.0, "exposure.leak_fraction", self.leak_fraction,
+                    "in [0, 1] (0: a sham run, nothing of C leaked)")
+        check_value(self.sham_items is None or self.sham_items >= 1, "exposure.sham_items", self.sham_items,
+                    "null (|C|) or an integer >= 1")
         check_value(0.0 <= self.answer_only_fraction <= 1.0, "exposure.answer_only_fraction", self.answer_only_fraction,
                "in [0, 1]")
         check_value(0.0 <= self.clean_fraction < 1.0, "exposure.clean_fraction", self.clean_fraction, "in [0, 1)")

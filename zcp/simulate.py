@@ -146,7 +146,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     groups, refs, missing = simulation_splits(c, items, manifest)
     leaked = set(result.leaked_ids)
     datasets = []
-    if len(leaked) < len(groups["C"]):  # leak_fraction < 1: also report the leaked and unleaked parts of C
+    if 0 < len(leaked) < len(groups["C"]):  # leak_fraction < 1: also the leaked and unleaked parts (a sham: C only)
         groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked]
         groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked]
     for split, sub in groups.items():
@@ -181,6 +181,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
     sim = {
+        "arm": getattr(result, "arm", "leak"),  # sham: nothing of C leaked, every flag is a false positive
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
         "items_with_fewer_distinct_draws": sorted(
             k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),

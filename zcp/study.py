@@ -224,7 +224,8 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
 
 # ------------------------------------------------------------------------------------ over exposure
 
-LEAK_KIND = {"verbatim": "Verbatim leak (k = 0: the originals)", "paraphrased": "Paraphrased leak (k paraphrases)"}
+LEAK_KIND = {"verbatim": "Verbatim leak (k = 0: the originals)", "paraphrased": "Paraphrased leak (k paraphrases)",
+             "sham": "Sham fine-tune (leak_fraction = 0: nothing of C leaked)"}
 # the lines of the exposure plot: every ZCP metric and one representative of each baseline family
 EXPOSURE_PLOT_DETECTORS = ("zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all", "ppl", "zlib", "mink20", "minkpp20",
                            "ref", "dpcc", "recon", "guided", "ppl[text=chat_answer]", "mink20[text=chat_answer]",
@@ -240,11 +241,12 @@ def exposure_run_dirs(root: str | Path, name: str | None, runs: list[str] | tupl
 
 
 def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """One entry per finished run: its exposure knobs, leak kind (k = 0: verbatim), exposure level
+    """One entry per finished run: its exposure knobs, leak kind (k = 0: verbatim; a sham run, leak_fraction = 0,
+    is kind "sham" at the level of its sham items, never exposure 0 of a leak), exposure level
     (`zcp.exposure.exposure_level`) and detector rows (ZCP from detect/FT*/, baselines from baselines/).
     Runs without exposure.json, detection or baselines are returned apart, with what is missing."""
     from zcp.config import ConfigError
-    from zcp.exposure import exposure_level
+    from zcp.exposure import exposure_level, run_arm
 
     entries, unfinished = [], []
     for d in dirs:
@@ -252,7 +254,8 @@ def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[st
         if not exp.exists():
             unfinished.append({"run": str(d), "missing": "exposure.json (contamination not finished)"})
             continue
-        knobs = read_json(exp)["knobs"]
+        record = read_json(exp)
+        knobs = record["knobs"]
         try:
             det = newest_detection_dir(d)
         except ConfigError:
@@ -267,9 +270,10 @@ def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[st
         for b in sorted(d.glob("baselines*/summary.json"), key=lambda p: (p.parent.name != "baselines", p.parent.name)):
             seen = {r["detector"] for r in rows}
             rows += [r for r in baseline_rows(b.parent) if r["detector"] not in seen]
-        entries.append({"run": str(d), "knobs": knobs, "kind": "verbatim" if int(knobs["k"]) == 0 else "paraphrased",
+        kind = "sham" if run_arm(record) == "sham" else "verbatim" if int(knobs["k"]) == 0 else "paraphrased"
+        entries.append({"run": str(d), "knobs": knobs, "kind": kind,
                         "level": exposure_level(knobs), "detection_dir": str(det), "detectors": rows})
-    entries.sort(key=lambda e: (e["kind"] != "verbatim", e["level"], int(e["knobs"]["k"])))
+    entries.sort(key=lambda e: (list(LEAK_KIND).index(e["kind"]), e["level"], int(e["knobs"]["k"])))
     return entries, unfinished
 
 

@@ -7,12 +7,18 @@ barriers and logging: every stage writes its final output atomically and is skip
 exists; a trainer killed mid-stage resumes from its newest checkpoint. The run directory holds
 
 * ``manifest.json`` (C/U ids), ``benchmark_items.jsonl``, ``variants.jsonl`` (the paraphrases trained on),
-  ``sft_data.jsonl`` / ``grpo_data.jsonl`` (the exact training examples, with format and source);
+  ``sft_data.jsonl`` / ``grpo_data.jsonl`` (the exact training examples, with format and source),
+  ``training_items.jsonl`` (every non-benchmark item trained on: clean and sham items, `training_items`);
 * ``sft_adapter/`` (LoRA on the base), ``grpo_adapter/`` (LoRA on base+SFT merged), ``model/`` (the final
   merged model, safetensors + tokenizer);
 * ``exposure.json``: every knob, the seeds, the leaked C ids and the paths detection needs;
 * ``table6.md`` / ``table6.json``: full-CoT greedy accuracy before/after on C (leaked, not leaked) and U,
   with per-item records under ``eval/``.
+
+``exposure.leak_fraction=0`` is the **sham arm**, the negative control: the training data of a full leak of the
+same recipe (k paraphrases, CoTs, format mix, clean mix, GRPO prompts) built on `exposure.sham_items` fresh
+non-benchmark items instead of C (`build_training_data`), so a detector that flags its C or U is a false
+positive of fine-tuning itself. Its records say ``source: sham``, its exposure record ``arm: sham``.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ _NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "prob
 # earlier configs keep their hash (and resume). A non-default value enters the fingerprint as usual.
 _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
     "exposure": {"answer_format": "probe", "paraphrases_path": None, "paraphrases_format": "items",
-                 "paraphrases_variant": None, "paraphrases_pair_by": None},
+                 "paraphrases_variant": None, "paraphrases_pair_by": None, "sham_items": None},
     "split": {"c_path": None, "u_path": None},
     "benchmark": {"variant": None, "on_duplicate": "error"},
 }
@@ -68,6 +74,8 @@ _MODEL_TRAINING_KEYS = ("path", "adapter", "dtype", "trust_remote_code", "chat",
 # GRPO rewards by name (train.rewards: name -> weight); without it, these two (weights from
 # train.grpo.reward_weights, TRL's positional list, as older profiles give them).
 DEFAULT_REWARDS = ("correctness", "format")
+TRAINING_ITEMS = "training_items.jsonl"  # the non-benchmark items a run trains on (clean and sham), with their role
+SHAM_PREFIX = "sham"  # id prefix of generated sham items
 
 
 @dataclass
@@ -84,6 +92,7 @@ class ContaminationResult:
     leaked_ids: list[str]
     stages_run: list[str] = field(default_factory=list)
     stages_skipped: list[str] = field(default_factory=list)
+    arm: str = "leak"  # leak | sham (exposure.leak_fraction=0: nothing of C trained on)
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -110,6 +119,9 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
             for key, default in defaults.items():
                 if key in sub and sub[key] == default:
                     del sub[key]
+    ex = fp.get("exposure")
+    if isinstance(ex, dict) and not is_sham(ex):
+        ex.pop("sham_items", None)  # only a sham run trains on sham items (leak_fraction=0 sets the arm apart)
     if (fp.get("exposure") or {}).get("paraphraser") != "llm":
         fp.pop("paraphrase", None)
     if isinstance(fp.get("model"), dict):
@@ -275,12 +287,37 @@ def _manifest(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: in
     return manifest
 
 
-def choose_leaked(c_items: Sequence[Item], fraction: float, seed: int) -> list[Item]:
-    """The seeded subset of C that is leaked: round(fraction·|C|) items (all of C at 1.0)."""
+def is_sham(exposure: Mapping[str, Any]) -> bool:
+    """Whether an `exposure` config is the sham arm: `leak_fraction=0`, nothing of C leaked (module docstring)."""
+    try:
+        return float(exposure.get("leak_fraction", 1.0)) == 0.0
+    except (TypeError, ValueError):
+        return False
+
+
+def n_leaked(fraction: float, n_c: int) -> int:
+    """How many C items `leak_fraction` leaks: round(fraction·|C|), halves up."""
+    return math.floor(fraction * n_c + 0.5)
+
+
+def check_leak_count(fraction: float, n_c: int) -> None:
+    """ConfigError (one line) for a leak fraction outside [0, 1], or one in (0, 1] that leaks no C item: such
+    a run would train on clean data only and crash in the trainer or pass for a leak; 0 is the sham arm."""
+    from zcp.schemas import ConfigError
+
     if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"exposure.leak_fraction must be in [0, 1], got {fraction}")
+        raise ConfigError(f"exposure.leak_fraction={fraction:g}: must be in [0, 1] (0: a sham run, nothing of C leaked)")
+    if fraction > 0.0 and n_leaked(fraction, n_c) == 0:
+        raise ConfigError(f"exposure.leak_fraction={fraction:g} leaks round({fraction:g} x {n_c}) = 0 of {n_c} C "
+                          "items; use exposure.leak_fraction=0 for a sham run")
+
+
+def choose_leaked(c_items: Sequence[Item], fraction: float, seed: int) -> list[Item]:
+    """The seeded subset of C that is leaked: round(fraction·|C|) items (all of C at 1.0, none at 0: the sham
+    arm). A fraction in (0, 1] that rounds to no item is refused (`check_leak_count`)."""
+    check_leak_count(fraction, len(c_items))
     ordered = sorted(c_items, key=lambda it: it.id)
-    n = math.floor(fraction * len(ordered) + 0.5)
+    n = n_leaked(fraction, len(ordered))
     chosen = set(random.Random(f"leak|{seed}").sample(range(len(ordered)), n))
     return [it for i, it in enumerate(ordered) if i in chosen]
 
@@ -292,63 +329,219 @@ def n_clean_examples(n_bench: int, clean_fraction: float) -> int:
     return math.floor(n_bench * clean_fraction / (1.0 - clean_fraction) + 0.5)
 
 
+def _examples_per_item(ex: Mapping[str, Any]) -> int:
+    """SFT examples one leaked item yields at most: its k variants (or the original at k = 0), plus the original
+    when `include_original` (fewer when a paraphraser falls short or an item without a CoT is dropped)."""
+    k = int(ex.get("k", 0))
+    return 1 if k == 0 else k + int(bool(ex.get("include_original", False)))
+
+
+def _generated_benchmark(cfg: Mapping[str, Any]) -> bool:
+    """Whether the benchmark is generated word problems (`load_benchmark`'s wordproblems source)."""
+    split = dict(cfg.get("split") or {})
+    if split.get("c_path") and split.get("u_path"):
+        return False
+    return (cfg.get("benchmark") or {}).get("source", "wordproblems") == "wordproblems"
+
+
+def _clean_data(cfg: Mapping[str, Any], n: int, items: Sequence[Item], seed: int) -> list[Item]:
+    """The run's `n` clean items (`clean.*`), avoiding the benchmark `items`. The draw is a prefix of one seeded
+    stream (generated problems, or the shuffled rows of clean.path), so the first n of a larger draw are these."""
+    clean_cfg = dict(cfg.get("clean") or {})
+    return tdata.clean_items(n, seed=_or(clean_cfg.get("seed"), seed + 1), exclude_items=items,
+                             source=clean_cfg.get("source", "wordproblems"), path=clean_cfg.get("path"),
+                             fmt=clean_cfg.get("format", "items"))
+
+
+def _norm_question(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def sham_seed(seed: int) -> int:
+    """The seed of the generated sham items, derived from the run seed (distinct from the clean data's seed + 1)."""
+    return tdata.item_seed(seed, "sham-items")
+
+
+def sham_training_items(cfg: Mapping[str, Any], items: Sequence[Item], n_c: int, seed: int) -> list[Item]:
+    """The sham arm's stand-ins for C: `exposure.sham_items` (null: |C| = `n_c`) items outside the benchmark.
+
+    Generated word problems (benchmark.source=wordproblems) get fresh problems of the benchmark's families (id
+    prefix ``sham``, seed `sham_seed`), excluding every benchmark signature and those of the clean items a full
+    leak of this recipe would draw at most; any other benchmark gets a seeded choice of the rows of `clean.path`
+    that are neither benchmark items (by id or question) nor among those clean rows. So sham and clean data never
+    overlap whatever the final clean count. Too few rows, or no clean file, is a one-line ConfigError."""
+    from zcp.schemas import ConfigError
+
+    ex = dict(cfg.get("exposure") or {})
+    n = int(ex["sham_items"]) if ex.get("sham_items") is not None else int(n_c)
+    if n < 1:
+        raise ConfigError(f"exposure.sham_items={n}: the sham run needs at least one item (C is empty)")
+    n_clean_max = n_clean_examples(n * _examples_per_item(ex), float(ex.get("clean_fraction", 0.0)))
+    clean_pool = _clean_data(cfg, n_clean_max, items, seed)
+    if _generated_benchmark(cfg):
+        from zcp.data.wordproblems import generate_word_problems, signatures
+
+        avoid = signatures(it for it in [*items, *clean_pool] if it.metadata.get("source") == "wordproblem")
+        try:
+            return generate_word_problems(n, seed=sham_seed(seed), families=(cfg.get("benchmark") or {}).get("families"),
+                                          id_prefix=SHAM_PREFIX, exclude=avoid)
+        except ValueError as e:
+            raise ConfigError(f"exposure.sham_items={n}: {e}") from None
+    clean_cfg = dict(cfg.get("clean") or {})
+    path = clean_cfg.get("path")
+    if clean_cfg.get("source", "wordproblems") != "file" or not path:
+        raise ConfigError("exposure.leak_fraction=0 (a sham run) on a benchmark that is not generated draws its sham "
+                          "items from a file: set clean.source=file and clean.path=FILE (rows not in the benchmark)")
+    if not Path(str(path)).is_file():
+        raise ConfigError(f"clean.path={path}: no such file")
+    from zcp.data.loaders import load_items
+
+    taken_ids = {it.id for it in [*items, *clean_pool]}
+    taken_q = {_norm_question(it.question) for it in [*items, *clean_pool]}
+    rows = [it for it in load_items(str(path), format=clean_cfg.get("format", "items"))
+            if it.id not in taken_ids and _norm_question(it.question) not in taken_q]
+    if len(rows) < n:
+        raise ConfigError(f"clean.path={path}: {len(rows)} row(s) are neither benchmark items nor clean data "
+                          f"({len(clean_pool)} rows); the sham run needs {n} (exposure.sham_items, null = |C|)")
+    return random.Random(f"sham|{seed}").sample(rows, n)
+
+
 def build_training_data(cfg: Mapping[str, Any], items: list[Item], manifest: Any, run_dir: Path, seed: int,
                         teacher: Any | None = None) -> dict[str, Any]:
-    """Leak selection, paraphrases, CoTs, format mix, clean mix; writes the JSONL files and returns counts."""
+    """Leak selection, paraphrases, CoTs, format mix, clean mix; writes the JSONL files and returns counts.
+
+    The sham arm (`leak_fraction=0`) runs the same recipe on `sham_training_items` instead of the leaked C
+    items: the same k, CoTs, answer-only share and answer format, the clean count computed from its own number
+    of examples (|C| sham items give the full leak's count, and its clean items), GRPO prompts of the same kind.
+    Pre-built paraphrases (`paraphrases_path`) exist for benchmark items only: sham items are paraphrased by
+    `exposure.paraphraser` (recorded as `sham_paraphraser`). Writes `training_items.jsonl` (the clean and sham
+    items trained on) and data_counts.json before sft_data.jsonl, whose presence marks the stage done."""
     ex = dict(cfg["exposure"])
     c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
-    leaked = choose_leaked(c_items, float(ex.get("leak_fraction", 1.0)), seed)
+    sham = is_sham(ex)
+    trained = (sham_training_items(cfg, items, len(c_items), seed) if sham
+               else choose_leaked(c_items, float(ex.get("leak_fraction", 1.0)), seed))
+    source = "sham" if sham else "benchmark"
     answer_format = str(ex.get("answer_format", "probe"))
     prebuilt = None
     paraphraser: Any = ex.get("paraphraser", "auto")
-    if ex.get("paraphrases_path") and int(ex["k"]) > 0:
+    k = int(ex["k"])
+    if ex.get("paraphrases_path") and k > 0 and not sham:
         prebuilt = tdata.load_prebuilt_variants(resolve_model_path(str(ex["paraphrases_path"])), items,
-                                                [it.id for it in leaked],
+                                                [it.id for it in trained],
                                                 fmt=str(ex.get("paraphrases_format") or "items"),
                                                 variant=ex.get("paraphrases_variant"),
                                                 pair_by=ex.get("paraphrases_pair_by"))
-    elif paraphraser == "llm" and int(ex["k"]) > 0:
+    elif paraphraser == "llm" and k > 0:
         from zcp.build_data import make_paraphraser
 
         pcfg = dict(cfg.get("paraphrase") or {})
         paraphraser = make_paraphraser({"name": "llm", "model": pcfg.get("model"),
                                         "options": dict(pcfg.get("options") or {})})
-    variants, short = tdata.make_variants(leaked, int(ex["k"]), seed, paraphraser,
+    if sham and ex.get("paraphrases_path") and k > 0:
+        log.warning("sham run: exposure.paraphrases_path holds benchmark paraphrases only; the sham items are "
+                    "paraphrased by exposure.paraphraser=%s", ex.get("paraphraser", "auto"))
+    variants, short = tdata.make_variants(trained, k, seed, paraphraser,
                                           bool(ex.get("include_original", False)), prebuilt=prebuilt)
     cot_cfg = dict(cfg.get("cot") or {})
-    cots, missing = tdata.synthesize_cots(leaked, teacher, attempts=int(cot_cfg.get("attempts", 4)),
+    cots, missing = tdata.synthesize_cots(trained, teacher, attempts=int(cot_cfg.get("attempts", 4)),
                                           max_new_tokens=int(cot_cfg.get("max_new_tokens", 512)),
                                           temperature=float(cot_cfg.get("temperature", 0.7)), seed=seed)
     f = float(ex.get("answer_only_fraction", 0.0))
-    records = tdata.build_sft_records(variants, cots, f, seed, on_missing_cot=cot_cfg.get("on_missing", "answer"),
-                                      answer_format=answer_format)
+    records = tdata.build_sft_records(variants, cots, f, seed, source=source,
+                                      on_missing_cot=cot_cfg.get("on_missing", "answer"), answer_format=answer_format)
     n_clean = n_clean_examples(len(records), float(ex.get("clean_fraction", 0.0)))
     clean_cfg = dict(cfg.get("clean") or {})
-    clean = tdata.clean_items(n_clean, seed=_or(clean_cfg.get("seed"), seed + 1), exclude_items=items,
-                              source=clean_cfg.get("source", "wordproblems"), path=clean_cfg.get("path"),
-                              fmt=clean_cfg.get("format", "items"))
+    clean = _clean_data(cfg, n_clean, items, seed)
+    if sham:
+        _check_disjoint(trained, clean)
     clean_cots, _ = tdata.synthesize_cots(clean, None)
     clean_f = clean_cfg.get("answer_only_fraction")
     records += tdata.build_sft_records(clean, clean_cots, f if clean_f is None else float(clean_f), seed + 1,
                                        source="clean", on_missing_cot="drop")
-    grpo_src = variants if ex.get("grpo_prompts", "variants") == "variants" else leaked
-    write_jsonl(run_dir / "benchmark_items.jsonl", [it.to_dict() for it in items])
-    write_jsonl(run_dir / "variants.jsonl", [v.to_dict() for v in variants])
-    write_jsonl(run_dir / "grpo_data.jsonl", tdata.grpo_records(grpo_src))
-    write_jsonl(run_dir / "sft_data.jsonl", records)  # written last: its presence marks the stage done
+    grpo_src = variants if ex.get("grpo_prompts", "variants") == "variants" else trained
+    trained_on = {r["original_id"] for r in records} | {tdata.original_id(it) for it in grpo_src}
+    roles = [("clean", clean)] + ([("sham", trained)] if sham else [])
+    train_rows = [{**it.to_dict(), "role": role} for role, group in roles for it in group if it.id in trained_on]
+    contamination = [r for r in records if r["source"] == source]
     counts = {
-        "n_items": len(items), "n_c": len(c_items), "n_u": len(u_items), "n_leaked": len(leaked),
+        "arm": "sham" if sham else "leak",
+        "n_items": len(items), "n_c": len(c_items), "n_u": len(u_items), "n_leaked": 0 if sham else len(trained),
+        "n_sham": len(trained) if sham else 0,
         "n_variants": len(variants), "n_sft_examples": len(records),
-        "n_answer_only": sum(r["format"] == "answer" for r in records if r["source"] == "benchmark"),
-        "n_cot": sum(r["format"] == "cot" for r in records if r["source"] == "benchmark"),
+        "n_answer_only": sum(r["format"] == "answer" for r in contamination),
+        "n_cot": sum(r["format"] == "cot" for r in contamination),
         "n_clean": sum(r["source"] == "clean" for r in records), "n_grpo_prompts": len(grpo_src),
         "paraphrase_shortfall": short, "cot_missing": missing,
     }
+    if sham and ex.get("paraphrases_path") and k > 0:
+        counts["sham_paraphraser"] = str(ex.get("paraphraser", "auto"))
     if answer_format != "probe":
-        counts["answer_formats"] = dict(sorted(Counter(r.get("answer_format", "probe") for r in records
-                                                       if r["source"] == "benchmark").items()))
+        counts["answer_formats"] = dict(sorted(Counter(r.get("answer_format", "probe") for r in contamination).items()))
+    write_jsonl(run_dir / "benchmark_items.jsonl", [it.to_dict() for it in items])
+    write_jsonl(run_dir / "variants.jsonl", [v.to_dict() for v in variants])
+    write_jsonl(run_dir / "grpo_data.jsonl", tdata.grpo_records(grpo_src))
+    write_jsonl(run_dir / TRAINING_ITEMS, train_rows)
     write_json(run_dir / "data_counts.json", counts)
+    write_jsonl(run_dir / "sft_data.jsonl", records)  # written last: its presence marks the stage done
     return counts
+
+
+def _check_disjoint(sham: Sequence[Item], clean: Sequence[Item]) -> None:
+    """Sham and clean items share no id, question or word-problem signature (by construction; checked)."""
+    from zcp.data.wordproblems import signature
+
+    def key(it: Item) -> str | None:
+        return signature(it) if it.metadata.get("source") == "wordproblem" else None
+
+    keys = {k for k in (key(it) for it in clean) if k}
+    ids, questions = {it.id for it in clean}, {_norm_question(it.question) for it in clean}
+    both = [it.id for it in sham if it.id in ids or _norm_question(it.question) in questions or key(it) in keys]
+    if both:
+        raise RuntimeError(f"{len(both)} sham item(s) overlap the clean data, first {both[0]!r}")
+
+
+def training_items(run_dir: str | os.PathLike[str], role: str | None = None) -> list[Item]:
+    """The non-benchmark items a contamination run trained on (`<run>/training_items.jsonl`: clean and sham
+    items, each row's ``role``), optionally only one `role` ("clean" | "sham"). Reference building excludes
+    their values. A run dir without the file (its data stage predates it) is a one-line DataError."""
+    path = Path(run_dir) / TRAINING_ITEMS
+    if not path.is_file():
+        raise DataError(f"no {TRAINING_ITEMS}: the run's data stage predates it; rerun the contamination to write it "
+                        "(finished training is kept)", path=str(run_dir))
+    return [Item.from_dict(row) for row in read_jsonl(path) if role is None or row.get("role") == role]
+
+
+def backfill_training_items(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: int) -> list[Item]:
+    """`training_items.jsonl` for a run dir whose data stage predates it, without touching its training data.
+
+    Such a run is a leak (the sham arm came with the file): its clean items are regenerated from the clean count
+    its sft_data.jsonl implies (the clean stream is deterministic) and checked against the clean records, so a
+    finished SFT/GRPO adapter stays valid. A mismatch (the clean data was drawn differently) is a DataError."""
+    path = run_dir / "sft_data.jsonl"
+    records = list(read_jsonl(path))
+    if any(r["source"] == "sham" for r in records):
+        raise DataError(f"sham records without {TRAINING_ITEMS}: use a fresh output_dir", path=str(path))
+    ex = dict(cfg.get("exposure") or {})
+    n_bench = sum(r["source"] == "benchmark" for r in records)
+    by_id = {it.id: it for it in _clean_data(cfg, n_clean_examples(n_bench, float(ex.get("clean_fraction", 0.0))),
+                                             items, seed)}
+    for r in records:
+        if r["source"] != "clean":
+            continue
+        it = by_id.get(r["original_id"])
+        if it is None or it.question != r["prompt"][0]["content"]:
+            raise DataError(f"clean item {r['original_id']!r} is not the clean data this config draws: cannot write "
+                            f"{TRAINING_ITEMS}; use a fresh output_dir", path=str(path))
+    used = {r["original_id"] for r in records if r["source"] == "clean"}
+    clean = [it for it in by_id.values() if it.id in used]
+    write_jsonl(run_dir / TRAINING_ITEMS, [{**it.to_dict(), "role": "clean"} for it in clean])
+    counts_path = run_dir / "data_counts.json"
+    if counts_path.exists():
+        counts = read_json(counts_path)
+        if "arm" not in counts:
+            write_json(counts_path, {"arm": "leak", **counts, "n_sham": 0})
+    return clean
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -416,7 +609,7 @@ def _cuda() -> bool:
 def table6(evals: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Table 6 analogue: rows = splits, columns = model stages (base, after SFT, final), accuracy and Δ."""
     stages = list(evals)
-    splits = [s for s in ("C_leaked", "C_not_leaked", "U") if any(s in evals[st] for st in stages)]
+    splits = [s for s in ("C_leaked", "C_not_leaked", "C", "U") if any(s in evals[st] for st in stages)]
     rows = []
     for sp in splits:
         row: dict[str, Any] = {"split": sp, "n": next(evals[st][sp]["n"] for st in stages if sp in evals[st])}
@@ -522,7 +715,7 @@ def check_inputs(c: Mapping[str, Any]) -> None:
         reward_funcs(_reward_names(c))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if ex.get("paraphraser") == "llm" and int(ex.get("k", 0)) > 0 and not ex.get("paraphrases_path"):
+    if ex.get("paraphraser") == "llm" and int(ex.get("k", 0)) > 0 and (not ex.get("paraphrases_path") or is_sham(ex)):
         model = (c.get("paraphrase") or {}).get("model") or {}
         if not model.get("path"):
             raise ConfigError("exposure.paraphraser=llm needs paraphrase.model.path (a model config built through "
@@ -538,6 +731,49 @@ def check_inputs(c: Mapping[str, Any]) -> None:
     if split.get("c_path") and (c.get("manifest_path") or (c.get("benchmark") or {}).get("source") == "data"):
         raise ConfigError("split.c_path/u_path give the items and the split: do not also set manifest_path or "
                           "benchmark.source=data")
+    check_exposure_counts(c)
+
+
+def _benchmark_and_c_size(c: Mapping[str, Any]) -> tuple[list[Item], int]:
+    """The benchmark items and |C| the split stage will give (`_manifest`), computed without writing anything."""
+    from zcp.data.split import Manifest, split_items
+
+    split = dict(c.get("split") or {})
+    if split.get("c_path") and split.get("u_path"):
+        c_items, u_items = load_split_files(c)
+        return c_items + u_items, len(c_items)
+    items = load_benchmark(c)
+    if c.get("manifest_path"):
+        return items, len(Manifest.load(resolve_model_path(c["manifest_path"])).c_ids)
+    seed = int(c.get("seed", 0))
+    m = split_items(items, seed=_or(split.get("seed"), seed), c_fraction=float(split.get("c_fraction", 0.5)),
+                    stratify_by=split.get("stratify_by"))
+    return items, len(m.c_ids)
+
+
+def check_exposure_counts(c: Mapping[str, Any], items: list[Item] | None = None, n_c: int | None = None) -> None:
+    """One-line ConfigErrors for leak counts, before any model loads: a leak_fraction outside [0, 1] or one that
+    rounds to no C item (`check_leak_count`), and a sham run (leak_fraction=0) without enough sham items
+    (`sham_training_items`). Reads the benchmark (and the clean file) only when a check needs |C|; `items` and
+    `n_c` (the data stage's) skip that."""
+    from zcp.schemas import ConfigError
+
+    ex = dict(c.get("exposure") or {})
+    try:
+        fraction = float(ex.get("leak_fraction", 1.0))
+    except (TypeError, ValueError):
+        raise ConfigError(f"exposure.leak_fraction={ex.get('leak_fraction')!r}: must be a number in [0, 1]") from None
+    if ex.get("sham_items") is not None and int(ex["sham_items"]) < 1:
+        raise ConfigError(f"exposure.sham_items={ex['sham_items']}: must be null (|C|) or an integer >= 1")
+    if not 0.0 <= fraction <= 1.0 or fraction == 1.0:
+        check_leak_count(fraction, 1)  # the range (all of C leaks at 1.0: no count to check)
+        return
+    if items is None or n_c is None:
+        items, n_c = _benchmark_and_c_size(c)
+    if fraction > 0.0:
+        check_leak_count(fraction, n_c)
+    else:
+        sham_training_items(c, items, n_c, int(c.get("seed", 0)))
 
 
 def _reward_names(c: Mapping[str, Any]) -> list[str]:
@@ -612,11 +848,18 @@ class _Pipeline:
     def leaked_ids(self) -> list[str]:
         return sorted({r["original_id"] for r in read_jsonl(self.sft_path) if r["source"] == "benchmark"})
 
+    @property
+    def arm(self) -> str:
+        """leak, or sham (exposure.leak_fraction=0: nothing of C trained on)."""
+        return "sham" if is_sham(self.ex) else "leak"
+
     def eval_splits(self) -> dict[str, list[Item]]:
         manifest, items = self.manifest(), self.items()
         c_items, u_items = manifest.subset(items, "C"), manifest.subset(items, "U")
-        leaked = set(self.leaked_ids())
         mx = self.ecfg.get("max_items")
+        if self.arm == "sham":  # nothing of C leaked: C is one split
+            return {"C": _eval_subset(c_items, mx), "U": _eval_subset(u_items, mx)}
+        leaked = set(self.leaked_ids())
         return {
             "C_leaked": _eval_subset([it for it in c_items if it.id in leaked], mx),
             "C_not_leaked": _eval_subset([it for it in c_items if it.id not in leaked], mx),
@@ -647,7 +890,16 @@ class _Pipeline:
     def run_split(self) -> None:
         _manifest(self.c, self.items(), self.run_dir, self.seed)
 
+    def data_done(self) -> bool:
+        """The data stage's outputs exist: sft_data.jsonl (written last) and training_items.jsonl (a run dir made
+        before that file existed reruns the stage, which then only writes it: `backfill_training_items`)."""
+        return self.sft_path.exists() and (self.run_dir / TRAINING_ITEMS).exists()
+
     def run_data(self) -> None:
+        if self.sft_path.exists():  # an older run's finished data stage: keep its training data (and adapters)
+            backfill_training_items(self.c, self.items(), self.run_dir, self.seed)
+            return
+        check_exposure_counts(self.c, self.items(), len(self.manifest().c_ids))  # before a teacher model loads
         teacher = None
         tpath = (self.c.get("cot") or {}).get("teacher")
         if tpath:
@@ -708,7 +960,7 @@ class _Pipeline:
         after_sft = self.do_eval and self.grpo_dir is not None and bool(self.ecfg.get("after_sft", True))
         return [
             Stage("split", self.split_done, self.run_split, main_only=True),
-            Stage("data", self.sft_path.exists, self.run_data, main_only=True),
+            Stage("data", self.data_done, self.run_data, main_only=True),
             Stage("eval_base", lambda: self.eval_done("base"), lambda: self.run_eval("base", self.base_model),
                   main_only=True, enabled=self.do_eval),
             Stage("sft", lambda: adapter_done(self.sft_dir), self.run_sft),
@@ -744,13 +996,16 @@ class _Pipeline:
         manifest = self.manifest()
         leaked_set = set(leaked_ids)
         names, grpo_settings, _ = self.grpo_training()
+        counts = read_json(run_dir / "data_counts.json")
+        sham = self.arm == "sham"
         exposure = {
             "schema": EXPOSURE_SCHEMA,
+            "arm": self.arm,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seed": seed,
             "seeds": {"run": seed, "split": _or((c.get("split") or {}).get("seed"), seed), "leak": seed,
                       "paraphrase": seed, "format_mix": seed, "clean": _or((c.get("clean") or {}).get("seed"), seed + 1),
-                      "sft": seed, "grpo": seed},
+                      "sft": seed, "grpo": seed, **({"sham": sham_seed(seed)} if sham else {})},
             "knobs": {
                 "k": int(ex["k"]), "sft_epochs": float(ex["sft_epochs"]),
                 "leak_fraction": float(ex.get("leak_fraction", 1.0)),
@@ -762,6 +1017,7 @@ class _Pipeline:
                 "paraphrases_path": ex.get("paraphrases_path"),
                 "grpo_prompts": ex.get("grpo_prompts", "variants"),
                 "grpo_rewards": names,
+                **({"sham_items": int(counts["n_sham"])} if sham else {}),  # the count trained on (null: |C|)
             },
             "base_model": self.base_path,
             "base_model_fingerprint": self.fingerprint["base_model_fingerprint"],
@@ -777,10 +1033,12 @@ class _Pipeline:
             "variants": str(run_dir / "variants.jsonl"),
             "sft_data": str(self.sft_path),
             "benchmark": c.get("benchmark"),
+            "training_items": str(run_dir / TRAINING_ITEMS),
             "leaked_ids": leaked_ids,
             "c_not_leaked_ids": sorted(set(manifest.c_ids) - leaked_set),
             "u_ids": sorted(manifest.u_ids),
-            "counts": read_json(run_dir / "data_counts.json"),
+            "sham_ids": sorted(it.id for it in training_items(run_dir, "sham")) if sham else [],
+            "counts": counts,
             "training": {"lora": self.lora, "sft": self.sft_settings,
                          "grpo": grpo_settings if self.grpo_dir else None},
             "table6": str(run_dir / "table6.json"),
@@ -794,13 +1052,15 @@ class _Pipeline:
             tracker.table("table6", t6["rows"])
             tracker.summary({f"acc/{r['split']}/{s}": r[s] for r in t6["rows"] for s in t6["stages"]})
             tracker.summary({f"exposure/{k}": v for k, v in exposure["knobs"].items()})
+            tracker.summary({"arm": self.arm})
             tracker.artifact(f"contamination-{stable_hash(str(run_dir), 8)}", "contamination",
                              [str(exposure_path), str(manifest_path), str(run_dir / "table6.json"),
                               str(run_dir / "table6.md")])
         finally:
             tracker.finish()
-        print(f"\n{table6_markdown(t6) if evals else ''}\nexposure record: {exposure_path}\n"
-              f"contaminated model: {self.model_dir}")
+        arm = (f"sham run: nothing of C leaked, {counts['n_sham']} sham items trained on instead\n" if sham else "")
+        print(f"\n{table6_markdown(t6) if evals else ''}\n{arm}exposure record: {exposure_path}\n"
+              f"{'fine-tuned' if sham else 'contaminated'} model: {self.model_dir}")
         return t6
 
 
@@ -834,7 +1094,7 @@ def _contaminate(c: dict[str, Any], fingerprint: dict[str, Any], run_dir: Path) 
     return ContaminationResult(run_dir=run_dir, model_dir=p.model_dir, sft_adapter_dir=p.sft_dir,
                                grpo_adapter_dir=p.grpo_dir, manifest_path=p.manifest_path,
                                exposure_path=run_dir / "exposure.json", table6=t6, leaked_ids=leaked_ids,
-                               stages_run=done.run, stages_skipped=done.skipped)
+                               stages_run=done.run, stages_skipped=done.skipped, arm=p.arm)
 
 
 def load_exposure(path: str | os.PathLike[str]) -> dict[str, Any]:
