@@ -16,7 +16,7 @@ from zcp.backends.hf import HFBackend
 from zcp.data.wordproblems import generate_word_problems
 from zcp.detectors.base import DetectorContext, get_detector
 from zcp.detectors.run import FileData, JobInputs, baselines
-from zcp.simulate import word_problem_references
+from zcp.reference.registry import reference_draws
 from zcp.testing import fit_sequences
 
 SCORE_DETECTORS = ["ppl", "zlib", "mink20", "minkpp20", "ref", "recon"]
@@ -36,7 +36,7 @@ def memorised():
     tok = train_tokenizer([it.question for it in items], vocab_size=400)
     base = tiny_llama(tok, hidden=64, layers=2, heads=4)
     target = _fit(copy.deepcopy(base), tok, [it.question for it in c], steps=80)
-    refs = word_problem_references(c + u, 1, seed=0)
+    refs = reference_draws(c + u, 1, seed=0)
     return {"c": c, "u": u, "u2": u2, "refs": refs,
             "backend": HFBackend(target, tok, gen_batch_size=256), "ref": HFBackend(base, tok, gen_batch_size=256)}
 

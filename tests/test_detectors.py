@@ -329,11 +329,11 @@ def test_job_from_data_files_with_references(tmp_path):
     from zcp.data.loaders import save_items
     from zcp.data.wordproblems import generate_word_problems
     from zcp.detectors.run import run_baselines
-    from zcp.simulate import word_problem_references
+    from zcp.reference.registry import reference_draws
 
     items = generate_word_problems(8, seed=5, id_prefix="w")
     c, u = items[:4], items[4:]
-    refs = word_problem_references(items, 2, seed=0)
+    refs = reference_draws(items, 2, seed=0)
     save_items(tmp_path / "c.jsonl", c)
     save_items(tmp_path / "u.jsonl", u)
     save_items(tmp_path / "c_ref.jsonl", [r for it in c for r in refs[it.id]])

@@ -461,7 +461,7 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     items = load_items(str(root / "benchmark_items.jsonl"), format="items")
     manifest = Manifest.load(str(root / "manifest.json"))
     ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
-    groups, refs, _ = simulation_splits(cfg, items, manifest)
+    groups, refs, _ = simulation_splits(cfg, items, manifest, run_dir=root)
     datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}) for split, sub in groups.items()]
     stats = stats or st
     settings = DetectSettings(seeds=det.seeds, bootstrap_samples=stats.bootstrap_samples, alpha=stats.alpha,

@@ -4,12 +4,15 @@
 
 - ``items.jsonl``: the benchmark items in zcp's format;
 - ``manifest.json``: the C/U split (`zcp.data.split`), read by training and detection alike;
-- ``reference.jsonl``: m isomorphic perturbations per item, each row naming its ``original_id``
-  (GSM8K: exact, from the calculator annotations; generated word problems and ArithMark: their own
-  programs; anything else: the LLM generator + judges pipeline), plus ``reference_verdicts.jsonl`` for
-  the LLM pipeline;
+- ``reference.jsonl``: m isomorphic reference draws per item, each row naming its ``original_id``, from the
+  builder registry (`zcp.reference.registry`: generated word problems and ArithMark exactly, fresh draws from
+  the generator's law under the same selection; GSM8K by re-executing its calculator annotations with matched
+  features; anything else the LLM generator + judges pipeline), plus ``reference_verdicts.jsonl`` for the LLM
+  pipeline;
 - ``paraphrases.jsonl``: k validated surface variants of every C item (what a contaminated model trains on);
-- ``build_report.json``: counts, coverage, every rejection with its reason, the difficulty shift of the
+- ``build_report.json``: counts, coverage, every rejection with its reason, the exclusions (values the audited
+  model was trained on, `reference.exclude`), the per-feature exchangeability check of the draws against their
+  originals (`zcp.reference.shift`: residual shift and a within-item permutation p per feature), the difficulty shift of the
   reference answers against the originals (`answer_shift`: larger/smaller, more/fewer digits, mean
   digits and log10|answer|, leading-digit distributions, warnings past ``reference_shift``'s
   thresholds), seed, source and output hashes.
@@ -31,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from zcp.data.schema import DataError, Item
-from zcp.io import sha256_file, stable_hash
+from zcp.io import sha256_file
+from zcp.reference.shift import numeric_answer
 
-REFERENCE_METHODS = ("auto", "gsm8k", "wordproblem", "arithmark", "llm", "none")
 log = logging.getLogger(__name__)
 
 
@@ -95,134 +98,50 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
 
 
 def reference_method(method: str, data_cfg: Any, items: list[Item]) -> str:
-    """Resolve `reference.method=auto` from the data format (and the items' metadata)."""
-    if method not in REFERENCE_METHODS:
-        raise ValueError(f"reference.method must be one of {', '.join(REFERENCE_METHODS)}, not {method!r}")
-    if method != "auto":
-        return method
-    fmt = str(_get(data_cfg, "format", "items"))
-    if fmt == "gsm8k":
-        return "gsm8k"
-    if fmt == "arithmark" or (items and items[0].metadata.get("source") == "arithmark"):
-        return "arithmark"
-    if fmt == "wordproblems" or (items and "family" in items[0].metadata and "values" in items[0].metadata):
-        return "wordproblem"
-    return "llm"
+    """Resolve `reference.method` (``auto``: from the data format and the items) against the builder registry."""
+    from zcp.reference.registry import resolve_method
+
+    return resolve_method(method, items, str(_get(data_cfg, "format", "items")))
 
 
-def _draw_seed(seed: int, j: int) -> int:
-    return int(stable_hash(f"reference-draw|{seed}|{j}"), 16) % (2**31)
+def reference_context(items: list[Item], seed: int, ref_cfg: Any = None, *, benchmark: list[Item] | None = None,
+                      extra_exclude: list[str] | None = None, backends: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """The reference builders' context from the `reference` config: exclusions (`reference.exclude`, default
+    ``auto``, plus `extra_exclude`), the benchmark-exclusion and special-case policies, the builder's options;
+    and the exclusions' report."""
+    from zcp.reference.exclusions import exclusion_keys
+    from zcp.reference.registry import BuildContext
+
+    sources = _get(ref_cfg, "exclude", "auto")
+    sources = [sources] if isinstance(sources, str) else list(sources or [])
+    keys, report = exclusion_keys([*sources, *(extra_exclude or [])], benchmark or items)
+    opts = {k: _get(ref_cfg, k) for k in ("generator", "judges", "pipeline")}
+    ctx = BuildContext(seed=seed, benchmark=tuple(benchmark or items), exclude=keys,
+                       exclude_benchmark=str(_get(ref_cfg, "exclude_benchmark", "auto")).lower(),
+                       special_cases=str(_get(ref_cfg, "special_cases", "drop")), options=opts, backends=backends)
+    return ctx, report
 
 
 def build_reference(items: list[Item], method: str, m: int, seed: int, ref_cfg: Any = None,
                     backends: dict[str, Any] | None = None) -> tuple[list[Item], list[dict[str, Any]], list[dict[str, Any]]]:
-    """m reference items per item by `method`; returns (references, rejections, LLM verdicts).
-
-    A rejection (item id, reason, how many draws were kept) is recorded for every item with fewer than
-    m references. `backends` may pass ready generator/judge backends for the LLM method (tests).
-    """
-    refs: list[Item] = []
-    rejections: list[dict[str, Any]] = []
-    verdicts: list[dict[str, Any]] = []
-    if method == "none" or m <= 0:
-        return refs, rejections, verdicts
-    if method == "gsm8k":
-        from zcp.reference.gsm8k import perturb_gsm8k
-
-        for it in _progress(items, "reference (gsm8k)"):
-            res = perturb_gsm8k(it, m, seed)
-            refs.extend(res.items)
-            if res.reason:
-                rejections.append({"id": it.id, "row": it.metadata.get("row"), "reason": res.reason,
-                                   "kept": len(res.items)})
-    elif method in ("wordproblem", "arithmark"):
-        for it in _progress(items, f"reference ({method})"):
-            got: list[Item] = []
-            reasons = []
-            for j in range(4 * m):  # a repeated draw is replaced by a further one (draws stay near the original)
-                if len(got) >= m:
-                    break
-                try:
-                    ref = _program_reference(it, method, _draw_seed(seed, j))
-                except (ValueError, KeyError) as e:
-                    reasons.append(str(e))
-                    continue
-                if any(r.question == ref.question for r in got):
-                    reasons.append("a draw repeated an earlier draw")
-                    continue
-                meta = dict(ref.metadata)
-                meta.update({"original_id": it.id, "draw": len(got)})
-                got.append(Item(id=f"{it.id}::ref{len(got)}", question=ref.question, answer=ref.answer,
-                                solution=ref.solution, metadata=meta))
-            refs.extend(got)
-            if len(got) < m:
-                rejections.append({"id": it.id, "row": it.metadata.get("row"), "kept": len(got),
-                                   "reason": f"only {len(got)} of {m} draws: {'; '.join(sorted(set(reasons)))}"})
-    elif method == "llm":
-        from zcp.reference.llm_pipeline import LLMReferencePipeline
-
-        backends = backends or _llm_backends(ref_cfg)
-        opts = {k: v for k, v in dict(_get(ref_cfg, "pipeline", {})).items() if v is not None}
-        pipe = LLMReferencePipeline(backends["generator"], backends["judges"], **opts)
-        refs, verdicts = pipe.run(items, m=m, seed=seed)
-        kept = Counter(r.metadata["original_id"] for r in refs)
-        for it in items:
-            if kept[it.id] < m:
-                last = [v["reason"] for v in verdicts if v["original_id"] == it.id and not v["accepted"]]
-                rejections.append({"id": it.id, "row": it.metadata.get("row"), "kept": kept[it.id],
-                                   "reason": f"only {kept[it.id]} of {m} draws accepted"
-                                             + (f" (last: {last[-1]})" if last else "")})
-    else:
-        raise ValueError(f"unknown reference method {method!r}")
-    return refs, rejections, verdicts
+    """m reference items per item by `method` (a registered builder, `zcp.reference.registry`); returns
+    (references, rejections, LLM verdicts). See `build_reference_set` for the report as well."""
+    rs = build_reference_set(items, method, m, seed, ref_cfg, backends)[0]
+    return (rs.rows(items) if rs is not None else []), (rs.rejections if rs else []), (rs.verdicts if rs else [])
 
 
-def _progress(items: list[Item], desc: str) -> Any:
-    """A progress bar over a long per-item loop (GSM8K train: 7,473 items), on stderr."""
-    from tqdm.auto import tqdm
+def build_reference_set(items: list[Item], method: str, m: int, seed: int, ref_cfg: Any = None,
+                        backends: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """The `ReferenceSet` of `method` on `items` (None for ``none``) and the exclusions' report."""
+    from zcp.reference.registry import build_references
 
-    return tqdm(items, desc=desc, unit="item", mininterval=2.0, disable=len(items) < 50)
-
-
-def _program_reference(item: Item, method: str, seed: int) -> Item:
-    if method == "wordproblem":
-        from zcp.data.wordproblems import perturb_word_problem
-
-        return perturb_word_problem(item, seed)
-    from zcp.data.arithmark import arithmark_to_item, perturb_arithmark
-
-    record = {k: v for k, v in item.metadata.items() if k not in ("source", "source_file", "row")}
-    return arithmark_to_item(perturb_arithmark(record, seed))
-
-
-def _llm_backends(ref_cfg: Any) -> dict[str, Any]:
-    from zcp.config import build_backend
-
-    gen_cfg, judge_cfgs = _get(ref_cfg, "generator"), list(_get(ref_cfg, "judges", []))
-    if gen_cfg is None or not _get(gen_cfg, "path") or not judge_cfgs:
-        raise ValueError("reference=llm needs reference.generator.path and at least one reference.judges[*].path "
-                         "(see conf/reference/llm.yaml)")
-    return {"generator": build_backend(gen_cfg), "judges": [build_backend(j) for j in judge_cfgs]}
+    if method == "none":
+        return None, []
+    ctx, excl = reference_context(items, seed, ref_cfg, backends=backends)
+    return build_references(items, method, m, ctx), excl
 
 
 # ------------------------------------------------------------------------------------ difficulty shift
-
-
-def numeric_answer(text: Any) -> Fraction | None:
-    """The exact value of a numeric answer text ("18", "-4.2317", "$1,250", "35%", "3/4"); None otherwise."""
-    import re
-
-    s = str(text).strip().replace(",", "").replace("$", "").replace("\\$", "").replace("\\%", "").rstrip("%")
-    s = re.sub(r"^\\boxed\{(.*)\}$", r"\1", s).strip()
-    m = re.fullmatch(r"\\d?frac\{(-?\d+)\}\{(-?\d+)\}", s)
-    if m:
-        s = f"{m.group(1)}/{m.group(2)}"
-    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
-        return None
-    try:
-        return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
 
 
 def _digits(value: Fraction) -> int:
@@ -354,6 +273,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     from zcp.data.loaders import save_items
     from zcp.data.split import split_items
     from zcp.io import seed_everything, write_jsonl
+    from zcp.reference.builders import progress
     from zcp.tracking import Tracker
 
     if not isinstance(cfg, DictConfig):
@@ -374,7 +294,12 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
 
     method = reference_method(str(_get(ref_cfg, "method", "auto")), data_cfg, items)
     m = int(_get(ref_cfg, "m", 1))
-    refs, ref_rejections, verdicts = build_reference(items, method, m, seed, ref_cfg, backends)
+    ref_set, exclusions = build_reference_set(items, method, m, seed, ref_cfg, backends)
+    refs = ref_set.rows(items) if ref_set is not None else []
+    ref_rejections = ref_set.rejections if ref_set is not None else []
+    verdicts = ref_set.verdicts if ref_set is not None else []
+    builder_report = dict(ref_set.report) if ref_set is not None else {"method": "none"}
+    exchangeability = builder_report.pop("exchangeability", {"warnings": []})
     save_items(out / "reference.jsonl", refs)
     if verdicts:
         write_jsonl(out / "reference_verdicts.jsonl", verdicts)
@@ -387,7 +312,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
         paraphraser = make_paraphraser(para_cfg, (backends or {}).get("paraphraser"))
         which = str(_get(para_cfg, "split", "C"))
         targets = items if which == "all" else manifest.subset(items, "C")
-        for it in _progress(targets, f"paraphrase ({_get(para_cfg, 'name', 'rules')}, k={k})"):
+        for it in progress(targets, f"paraphrase ({_get(para_cfg, 'name', 'rules')}, k={k})"):
             para_items.extend(paraphraser.paraphrase(it, k, seed))
         para_report, para_rejections = paraphraser.report(), paraphraser.rejections
     save_items(out / "paraphrases.jsonl", para_items)
@@ -397,7 +322,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     shift_cfg = cfg.get("reference_shift")
     shift = answer_shift(items, refs, float(_get(shift_cfg, "max_digit_shift", 0.05)),
                          float(_get(shift_cfg, "max_size_shift", 0.10)))
-    for w in shift["warnings"]:
+    for w in [*shift["warnings"], *exchangeability.get("warnings", [])]:
         log.warning("WARNING reference set (%s): %s", method, w)
 
     per_item = Counter(r.metadata["original_id"] for r in refs)
@@ -418,10 +343,14 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
                  "sha256": sha256_file(source) if source else None},
         "counts": counts,
         "reference": {"method": method, "m": m, "coverage": len(covered) / len(items) if items else 0.0,
+                      "law": builder_report.get("law"), "exclusions": exclusions,
+                      "builder": {k: v for k, v in builder_report.items() if k not in ("method", "m", "law")},
+                      "exchangeability": exchangeability,
                       "shift": shift,
                       "rejection_reasons": dict(Counter(_reason_kind(r["reason"]) for r in ref_rejections)),
                       "rejections": ref_rejections},
-        "warnings": [f"reference: {w}" for w in shift["warnings"]],
+        "warnings": [f"reference: {w}" for w in shift["warnings"]]
+                    + [f"reference exchangeability: {w}" for w in exchangeability.get("warnings", [])],
         "paraphrase": {**para_report, "k": k,
                        "rougeL_mean": statistics.fmean(rouge) if rouge else None,
                        "bleu_mean": statistics.fmean(bleu) if bleu else None,

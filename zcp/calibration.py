@@ -1396,7 +1396,7 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
     seed = int(c.get("seed", 0))
     seed_everything(seed)
     parts = list(c.get("parts") or [])
-    known_parts = {"simulation", "joint", "power", "real_null", "base_model"}
+    known_parts = {"simulation", "joint", "power", "real_null", "base_model", "real_originals"}
     if set(parts) - known_parts:
         raise ValueError(f"unknown part(s) {sorted(set(parts) - known_parts)}; use some of {sorted(known_parts)}")
     alphas = [float(a) for a in c.get("alphas", [0.05, 0.01])]
@@ -1466,9 +1466,22 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
                 info["base_model"] = {**binfo, "pool_items": len(keys), "full_pool": full}
                 info["base_model_settings"] = {"subsets": s.subsets, "subset_size": s.subset_size, "B": s.B}
             info["runtime_seconds"]["base_model"] = time.perf_counter() - t0
+        if "real_originals" in parts:
+            from zcp.validate.real_originals import RealOriginalsSettings, average_rates, real_originals_study
+
+            t0 = time.perf_counter()
+            s = _settings(RealOriginalsSettings, c.get("real_originals"))
+            r, rinfo = real_originals_study(s, cfg.probe, c.get("model") or {}, seed, progress=progress)
+            rows += r
+            info["real_originals"] = {**rinfo, "average": average_rates(r), "average_did": average_rates(r, "did"),
+                                      "settings": {"m": s.m, "sizes": list(s.sizes), "subsets": s.subsets,
+                                                   "null_pools": s.null_pools, "B": s.B, "alpha": s.alpha}}
+            for k, v in rinfo.get("skipped", {}).items():
+                info["skipped"][f"real_originals/{k}"] = v
+            info["runtime_seconds"]["real_originals"] = time.perf_counter() - t0
         info["runtime_seconds"]["total"] = time.perf_counter() - t_all
         for row in rows:
-            if row["part"] != "power":
+            if row["part"] not in ("power", "d"):
                 flag_row(row, alphas[0], high, low)
         files = write_calibration_reports(rows, alphas, info, c, out)
         tracker.table("calibration", _table_rows(rows))
@@ -1491,7 +1504,7 @@ def _table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    text = {"part", "regime", "metric", "test", "m", "n", "flag"}
+    text = {"part", "regime", "metric", "test", "m", "n", "flag", "model", "pool", "kind"}
     out = []
     for r in rows:
         row: dict[str, Any] = {}
@@ -1517,7 +1530,7 @@ def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequenc
                 ("b", "(b) Real-score nulls"), ("c", "(c) Base model on random benchmark subsets")]
     parts = []
     for part, title in sections:
-        rs = [r for r in rows if r["part"] == part]
+        rs = [r for r in rows if r["part"] == part and part != "d"]
         if rs:
             parts.append(format_rows(rs, alphas, title))
     prs = [r for r in rows if r["part"] == "power"]
@@ -1531,7 +1544,15 @@ def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequenc
     files["table"] = out / "table.md"
     files["table"].write_text("# ZCP test calibration: every cell\n\n" + "\n".join(notes) + "\n\n" + "\n".join(parts))
     files["summary_md"] = out / "summary.md"
-    files["summary_md"].write_text(summary_markdown(rows, alphas, info))
+    head = ""
+    d_rows = [r for r in rows if r["part"] == "d"]
+    if d_rows:  # the headline: the false-positive rate a user meets with real originals
+        from zcp.validate.real_originals import markdown as real_originals_markdown
+
+        head = real_originals_markdown(d_rows, info.get("real_originals") or {}, a0) + "\n"
+        (out / "real_originals.md").write_text(head)
+        files["real_originals"] = out / "real_originals.md"
+    files["summary_md"].write_text(head + summary_markdown([r for r in rows if r["part"] != "d"], alphas, info))
     files["summary_json"] = out / "summary.json"
     files["summary_json"].write_text(json.dumps({"config": config, "info": info, "max_type1": max_type1(rows, a0),
                                                  "rows": list(rows)}, indent=1, default=str))

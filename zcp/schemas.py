@@ -78,6 +78,30 @@ class RunConfig:
 
 
 @dataclass
+class ReferenceChoice:
+    """Which reference builder and what it must avoid (zcp.reference.registry; see conf/reference/auto.yaml)."""
+
+    method: str = "auto"  # a registered builder, auto (from the data) or none
+    exclude: list[str] = field(default_factory=lambda: ["auto"])  # values the model trained on: auto | corpus:DIR | items:FILE
+    exclude_benchmark: str = "auto"  # keep draws off the other benchmark items' values: auto | true | false
+    special_cases: str = "drop"  # matched builders: an item no valid reference can match: drop | keep
+
+    def __post_init__(self) -> None:
+        from zcp.reference.registry import (
+            EXCLUDE_BENCHMARK,
+            SPECIAL_CASE_POLICIES,
+            available_reference_methods,
+        )
+
+        methods = available_reference_methods()
+        check_value(self.method in methods, "reference.method", self.method, f"one of {methods}")
+        check_value(str(self.exclude_benchmark).lower() in EXCLUDE_BENCHMARK, "reference.exclude_benchmark",
+                    self.exclude_benchmark, f"one of {list(EXCLUDE_BENCHMARK)}")
+        check_value(self.special_cases in SPECIAL_CASE_POLICIES, "reference.special_cases", self.special_cases,
+                    f"one of {list(SPECIAL_CASE_POLICIES)}")
+
+
+@dataclass
 class SimDetectConfig:
     """The detection stage of a contamination simulation (train/run_demo.py, the exposure sweep)."""
 
@@ -87,6 +111,9 @@ class SimDetectConfig:
     base_model: bool = True  # also probe the base model (difference-in-differences)
     reference_path: str | None = None  # a benchmark file's reference set (rows name original_id)
     reference_format: str = "items"
+    # without reference_path: the builder (the same registry as run_build_data); its exclusions are added to the
+    # run's own training data (leaked C items, clean and sham items: <run>/training_items.jsonl)
+    reference: ReferenceChoice = field(default_factory=ReferenceChoice)
 
     def __post_init__(self) -> None:
         check_value(self.m >= 1, "detect.m", self.m, ">= 1")
@@ -349,7 +376,25 @@ def validate(cfg: Any) -> dict[str, Any]:
         if unknown:
             raise ConfigError(f"{group}: unknown key(s) {unknown}; known: {sorted(known)}")
         try:
-            out[group] = node(**sub)
+            out[group] = _build_node(node, sub, group)
         except TypeError as e:
             raise ConfigError(f"{group}: {e}") from None
     return out
+
+
+def _build_node(node: Any, sub: dict[str, Any], where: str) -> Any:
+    """`node(**sub)` with nested dataclass fields built from their dicts (unknown nested keys refused)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(node)
+    kwargs = dict(sub)
+    for f in dataclasses.fields(node):
+        inner = hints.get(f.name)
+        if f.name in kwargs and isinstance(kwargs[f.name], dict) and dataclasses.is_dataclass(inner):
+            known = {g.name for g in dataclasses.fields(inner)}
+            unknown = sorted(set(kwargs[f.name]) - known)
+            if unknown:
+                raise ConfigError(f"{where}.{f.name}: unknown key(s) {unknown}; known: {sorted(known)}")
+            kwargs[f.name] = _build_node(inner, kwargs[f.name], f"{where}.{f.name}")
+    return node(**kwargs)

@@ -29,76 +29,97 @@ from zcp.report import METRIC_LABEL, c_cont_text, plot_c_cont
 log = logging.getLogger(__name__)
 
 
-def word_problem_references(items: list[Item], n_draws: int, seed: int) -> dict[str, list[Item]]:
-    """n_draws distinct exact perturbations per generated word problem (re-executed programs).
+def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, manifest: Any = None,
+                          run_dir: str | Path | None = None) -> tuple[dict[str, list[Item]], dict[str, Any]]:
+    """n_draws reference draws per benchmark item for the detection stage, and the builder's report.
 
-    An item whose program admits no valid perturbation (e.g. a divisibility constraint on two small numbers)
-    has no key in the result: it cannot be tested and `simulation_splits` leaves it out, counted.
+    `detect.reference_path` reads a given reference set. Otherwise the builder registry builds them as
+    run_build_data does (`detect.reference`: method, exclusions, policies): generated word problems get exact
+    draws from the generator's law. The run's own training data joins `detect.reference.exclude`: every C item
+    (leaked or not: a value a fine-tune may have seen is never a reference) and the clean and sham items of
+    `<run>/training_items.jsonl`. An item the builder gives no draw has no key in the result: it cannot be
+    tested and `simulation_splits` leaves it out, counted.
     """
-    from zcp.data.wordproblems import perturb_word_problem
+    from dataclasses import replace
 
-    out: dict[str, list[Item]] = {}
-    for it in items:
-        draws: list[Item] = []
-        seen = {it.question}
-        attempt = 0
-        while len(draws) < n_draws and attempt < 20 * n_draws:
-            try:
-                r = perturb_word_problem(it, seed=seed * 1_000_003 + attempt)
-            except ValueError as e:  # no valid perturbation exists at all (deterministic): the item has no reference
-                log.warning("%s; the item is left out of detection", e)
-                break
-            attempt += 1
-            if r.question in seen:
-                continue
-            seen.add(r.question)
-            j = len(draws)
-            r.id = f"{it.id}::ref{j}"
-            r.metadata = {**r.metadata, "original_id": it.id, "draw": j}
-            draws.append(r)
-        if not draws:
-            continue
-        # A small value space gives fewer than n_draws distinct draws: the item keeps only those (a copy of a
-        # draw is not a new version: counted twice it would make the permutation test anti-conservative).
-        for r in draws:
-            r.metadata["distinct_draws"] = len(draws)
-        out[it.id] = draws
-    return out
+    from zcp.build_data import reference_context
+    from zcp.reference.exclusions import item_key
+    from zcp.reference.registry import build_references, resolve_method
+    from zcp.schemas import validate
 
-
-def _references(cfg: dict[str, Any], items: list[Item], n_draws: int, seed: int) -> dict[str, list[Item]]:
     d = cfg.get("detect") or {}
     if d.get("reference_path"):
         from zcp.data.loaders import load_paired
 
-        return load_paired(d["reference_path"], items, d.get("reference_format", "items"))
+        return load_paired(d["reference_path"], items, d.get("reference_format", "items")), {"method": "file"}
     check_reference_source(cfg)
-    return word_problem_references(items, n_draws, seed)
+    choice = validate({"detect": d})["detect"].reference
+    keys: set[str] = set()
+    if manifest is not None:
+        keys |= {k for k in (item_key(it) for it in manifest.subset(items, "C")) if k}
+    if run_dir is not None:
+        keys |= _training_keys(Path(run_dir))
+    b = cfg.get("benchmark") or {}
+    fmt = "wordproblems" if b.get("source", "wordproblems") == "wordproblems" else str(b.get("format") or "items")
+    method = resolve_method(choice.method, items, fmt)
+    ctx, exclusions = reference_context(items, seed, {"exclude": list(choice.exclude),
+                                                      "exclude_benchmark": choice.exclude_benchmark,
+                                                      "special_cases": choice.special_cases})
+    ctx = replace(ctx, exclude=ctx.exclude | frozenset(keys))
+    rs = build_references(items, method, n_draws, ctx)
+    report = {**rs.report, "rejections": rs.rejections,
+              "exclusions": [*exclusions, {"source": "the run's training data (C items, clean and sham items)",
+                                           "keys": len(keys)}]}
+    return rs.refs, report
+
+
+def _training_keys(run: Path) -> set[str]:
+    """Keys of the non-benchmark items a contamination run trained on (`training_items.jsonl`)."""
+    from zcp.data.loaders import load_items
+    from zcp.io import RunDirError
+    from zcp.reference.exclusions import item_key
+
+    path = run / "training_items.jsonl"
+    if not path.exists():
+        if (run / "sft_data.jsonl").exists():
+            raise RunDirError(f"{run}: its training data predates training_items.jsonl; rerun the contamination "
+                              "(the data stage is rebuilt, finished training is kept)")
+        return set()
+    return {k for k in (item_key(it) for it in load_items(str(path), format="items")) if k}
 
 
 def check_reference_source(cfg: Any) -> None:
-    """ConfigError unless the detection stage can get references: generated word problems are perturbed
-    in place; any other benchmark needs detect.reference_path. Checked before training starts."""
-    if ((cfg.get("detect") or {}).get("reference_path")
-            or (cfg.get("benchmark") or {}).get("source", "wordproblems") == "wordproblems"):
+    """ConfigError unless the detection stage can get references: detect.reference_path, or a builder that needs no
+    model (generated word problems; GSM8K-format or ArithMark files). Checked before training starts."""
+    d = cfg.get("detect") or {}
+    b = cfg.get("benchmark") or {}
+    if d.get("reference_path") or b.get("source", "wordproblems") == "wordproblems":
+        return
+    method = (d.get("reference") or {}).get("method") or "auto"
+    fmt = str(b.get("format") or "items")
+    if method not in ("auto", "llm", "none") or fmt in ("gsm8k", "arithmark"):
         return
     from zcp.config import ConfigError
 
-    raise ConfigError("detect.reference_path is required for a benchmark that is not generated "
-                      "(build one with evaluate/run_build_data.py)")
+    raise ConfigError(f"detect.reference_path is required for benchmark.format={fmt} (no program to perturb: build a "
+                      "reference set with evaluate/run_build_data.py), or set detect.reference.method")
 
 
-def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any,
-                      splits: Sequence[str] = ("C", "U")) -> tuple[dict[str, list[Item]], dict[str, list[Item]], list[str]]:
-    """The detection stage's inputs from a run's config, items and manifest: the items of each split that have
-    reference draws, their draws (m x len(seeds), the run's reference seed: the same draws every job rebuilds),
-    and the ids left out for want of any reference. Shared by the detection stage, the ablations and the
-    baselines so all three probe exactly the same items."""
+def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, splits: Sequence[str] = ("C", "U"),
+                      run_dir: str | Path | None = None, report: dict[str, Any] | None = None
+                      ) -> tuple[dict[str, list[Item]], dict[str, list[Item]], list[str]]:
+    """The detection stage's inputs from a run's config, items, manifest (and run dir, whose training data the
+    references avoid): the items of each split that have reference draws, their draws (m x len(seeds), the run's
+    reference seed: the same draws every job rebuilds), and the ids left out for want of any reference. Shared by
+    the detection stage, the ablations and the baselines so all three probe exactly the same items. `report`, when
+    given, receives the reference builder's report (law, exclusions, exchangeability per feature)."""
     from zcp.schemas import validate
 
     det = validate({"detect": cfg.get("detect") or {}})["detect"]
     ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
-    refs = _references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed))
+    refs, ref_report = simulation_references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed), manifest, run_dir)
+    if report is not None:
+        report.update(ref_report)
     missing = sorted(it.id for it in items if not refs.get(it.id))
     if missing:
         log.warning("%d item(s) without any reference draw are left out of detection: %s", len(missing),
@@ -143,7 +164,8 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     probe = probe_config(c.get("probe") or {}, c.get("model"))
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
-    groups, refs, missing = simulation_splits(c, items, manifest)
+    ref_report: dict[str, Any] = {}
+    groups, refs, missing = simulation_splits(c, items, manifest, run_dir=result.run_dir, report=ref_report)
     leaked = set(result.leaked_ids)
     datasets = []
     if 0 < len(leaked) < len(groups["C"]):  # leak_fraction < 1: also the leaked and unleaked parts (a sham: C only)
@@ -186,6 +208,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         "items_with_fewer_distinct_draws": sorted(
             k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),
         "items_without_reference": missing,
+        "reference": ref_report,
         "seeds_vary": "stability display only: Monte Carlo stream and the seed's disjoint share of the reference "
                       "draws; the verdict is one test over all draws; training uses `seed` once",
         "models": models, "table6": result.table6,

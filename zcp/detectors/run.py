@@ -168,7 +168,7 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
     items = load_items(run / "benchmark_items.jsonl", "items")
     manifest = Manifest.load(run / "manifest.json")
     conf = (read_json(run / "run_config.json") or {}).get("config") or {}
-    groups, refs, _ = simulation_splits(conf, items, manifest)
+    groups, refs, _ = simulation_splits(conf, items, manifest, run_dir=run)
     files = {}
     for key, split in (("data", "C"), ("u", "U")):
         sub = groups[split]

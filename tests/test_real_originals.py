@@ -1,0 +1,112 @@
+"""Calibration part (d): subset rejection rates with real originals against exact-null pools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zcp.validate.real_originals import (
+    RealOriginalsSettings,
+    rate_cells,
+    relabel_order,
+    subset_rejections,
+    version_table,
+)
+
+
+def test_relabel_order_puts_the_chosen_version_first():
+    order = relabel_order(np.array([0, 2, 3]), 4)
+    assert order.tolist() == [[0, 1, 2, 3], [2, 0, 1, 3], [3, 0, 1, 2]]
+
+
+def test_version_table_keeps_items_with_exactly_m_draws():
+    recs = [{"original_id": "a", "variant": "original", "draw": 0, "p_all": 0.5}]
+    recs += [{"original_id": "a", "variant": "reference", "draw": j, "p_all": 0.1 * j} for j in (1, 0)]
+    recs += [{"original_id": "b", "variant": "original", "draw": 0, "p_all": 0.4},
+             {"original_id": "b", "variant": "reference", "draw": 0, "p_all": 0.2}]
+    ids, V = version_table(recs, ["p_all"], 2)
+    assert ids == ["a"] and V.shape == (1, 3, 1)
+    assert V[0, :, 0].tolist() == [0.5, 0.0, 0.1]  # original first, draws in draw order
+
+
+def _pool(rng: np.random.Generator, n: int, m: int, shift: float) -> np.ndarray:
+    """Versions (n, m+1, 2): a binary and a continuous metric, i.i.d. given an item level; `shift` favours the
+    original (version 0)."""
+    q = rng.beta(2, 5, size=(n, 1))
+    cont = np.clip(q + 0.15 * rng.standard_normal((n, m + 1)), 0.0, 1.0)
+    cont[:, 0] = np.clip(cont[:, 0] + shift, 0, 1)
+    binary = (rng.random((n, m + 1)) < q).astype(float)
+    binary[:, 0] = np.maximum(binary[:, 0], rng.random(n) < shift)
+    return np.stack([binary, cont], axis=-1)
+
+
+def test_exchangeable_pool_is_rejected_at_about_alpha_and_sits_among_its_null_pools():
+    rng = np.random.default_rng(3)
+    V = _pool(rng, 200, 9, 0.0)
+    s = RealOriginalsSettings(subsets=200, null_pools=40, B=199)
+    rows = rate_cells(V, ["acc", "p_all"], [50], s, seed=0)
+    by = {r["metric"]: r for r in rows}
+    for mt in ("acc", "p_all", "combined"):
+        assert by[mt]["rate"] <= 0.2
+        assert by[mt]["null_share_at_or_above"] >= 0.05
+        assert 0.0 <= by[mt]["null_mean"] <= 0.12
+
+
+def test_originals_favoured_are_rejected_and_beyond_every_null_pool():
+    rng = np.random.default_rng(4)
+    V = _pool(rng, 200, 9, 0.4)
+    s = RealOriginalsSettings(subsets=100, null_pools=30, B=199)
+    rows = rate_cells(V, ["acc", "p_all"], [50], s, seed=0)
+    by = {r["metric"]: r for r in rows}
+    assert by["p_all"]["rate"] > 0.9 and by["combined"]["rate"] > 0.9
+    assert by["p_all"]["null_share_at_or_above"] == 0.0
+
+
+def test_subset_rejections_agree_with_the_library_test():
+    """The vectorised exact binary test decides as zcp.stats.paired_test does on the same subsets."""
+    from zcp.stats import paired_test
+
+    rng = np.random.default_rng(5)
+    V = _pool(rng, 60, 3, 0.2)
+    picks = np.stack([np.sort(rng.choice(60, 25, replace=False)) for _ in range(30)])
+    rej = subset_rejections(V, ["acc", "p_all"], picks, 999, 0.05, rng)
+    lib = np.array([paired_test("acc", V[p, 0, 0], V[p, 1:, 0]).p_value <= 0.05 for p in picks])
+    assert (rej["acc"] == lib).all()
+
+
+def test_did_of_a_model_against_itself_never_rejects():
+    rng = np.random.default_rng(6)
+    V = _pool(rng, 120, 9, 0.3)
+    s = RealOriginalsSettings(subsets=50, null_pools=5, B=199)
+    rows = rate_cells(V, ["acc", "p_all"], [50], s, seed=0, Vb=V.copy())
+    assert all(r["rate"] == 0.0 for r in rows)
+
+
+@pytest.mark.parametrize("kind", ["wordproblem_pool", "arithmark"])
+def test_pool_references_are_exact_and_exchangeable(kind):
+    """The pools' references come from the registry's exact builders and pass the feature check."""
+    from zcp.validate.real_originals import PoolSpec, pool_items, pool_references
+
+    spec = PoolSpec(kind=kind, n=120, n_per_stage=24, seed=1)
+    items = pool_items(spec)
+    refs, rep = pool_references(items, spec, RealOriginalsSettings(m=5), {})
+    assert rep["law"] == "exact" and len(refs) == len(items)
+    assert rep["exchangeability"]["min_p_bonferroni"] >= 0.01
+
+
+def test_subset_versions_skip_draws_that_are_other_subset_items_originals():
+    from zcp.validate.real_originals import subset_versions
+
+    # 3 items, 4 candidate draws each; item 0's first two draws are items 1's and 2's originals (codes 10, 20)
+    V = np.arange(3 * 5, dtype=float).reshape(3, 5, 1)
+    keys = np.array([[0, 10, 20, 1, 2], [10, 3, 4, 5, 6], [20, 7, 8, 9, 11]])
+    X, Y, short = subset_versions(V, keys, np.array([[0, 1, 2], [0, 1, 1]])[:1], 2)
+    assert X[0, :, 0].tolist() == [0.0, 5.0, 10.0]
+    assert Y[0, 0, :, 0].tolist() == [3.0, 4.0]  # item 0 skips the draws valued like items 1 and 2
+    assert Y[0, 1, :, 0].tolist() == [6.0, 7.0] and short == 0
+    # a subset without item 2: item 0 keeps the draw valued like item 2's original
+    X, Y, short = subset_versions(V, keys, np.array([[0, 1]]), 2)
+    assert Y[0, 0, :, 0].tolist() == [2.0, 3.0]
+    # too few clean candidates: the colliding ones are kept, counted
+    X, Y, short = subset_versions(V, keys, np.array([[0, 1, 2]]), 4)
+    assert short == 1

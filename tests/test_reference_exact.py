@@ -1,0 +1,77 @@
+"""Exact references: fresh draws from the generator's law are exchangeable with their originals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zcp.data.wordproblems import generate_word_problems, signature
+from zcp.reference.exact import ExactWordProblems, word_problem_value_space
+from zcp.reference.registry import BuildContext, build_references, reference_draws
+from zcp.stats import paired_test
+
+
+def test_draws_keep_family_template_wording_entities_and_change_the_values():
+    items = generate_word_problems(12, seed=3)
+    refs = reference_draws(items, 4, seed=1)
+    for it in items:
+        rs = refs[it.id]
+        assert len(rs) == 4 and len({signature(r) for r in rs}) == 4
+        for r in rs:
+            m, o = r.metadata, it.metadata
+            assert m["family"] == o["family"] and m["template"] == o["template"] and m["entities"] == o["entities"]
+            assert m.get("rewording") == o.get("rewording") and signature(r) != signature(it)
+            assert m["original_id"] == it.id and m["reference_law"] == "exact"
+
+
+def test_excluded_and_benchmark_values_are_never_drawn():
+    items = generate_word_problems(30, seed=4, families=["multiply"])
+    space = word_problem_value_space("multiply", type(items[0].metadata["limits"]) and
+                                     __import__("zcp.data.wordproblems", fromlist=["NumberRanges"]).NumberRanges())
+    seen = {f"multiply:a={a},b={b}" for a, b in space[:20]}
+    rs = build_references(items, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen)))
+    bench = {signature(it) for it in items}
+    drawn = {signature(r) for v in rs.refs.values() for r in v}
+    assert not drawn & seen and not drawn & bench
+
+
+def test_an_item_that_is_no_draw_of_the_generator_is_rejected_with_the_reason():
+    it = generate_word_problems(1, seed=0, families=["add"])[0]
+    it.metadata["values"] = {"a": 250, "b": 3}
+    rs = ExactWordProblems().build([it], 3, BuildContext())
+    assert not rs.refs and "not a valid draw" in rs.rejections[0]["reason"]
+
+
+@pytest.mark.parametrize(("families", "n", "exclude_benchmark", "lo", "hi"), [
+    (None, 120, "auto", 0.01, 0.11),           # every family, 20 items each
+    (["multiply"], 40, "auto", 0.01, 0.11),    # 40 of multiply's 88 value pairs
+    (["multiply"], 40, "false", 0.0, 0.03),    # draws may take other items' values: conservative
+])
+def test_within_item_check_on_exact_draws_rejects_at_about_its_level(families, n, exclude_benchmark, lo, hi):
+    """Over many generated benchmarks the two-sided within-item test of a feature of the answer (here: 'the
+    answer has two or more digits', exact binary test) rejects at about 5% when the draws are exact."""
+    b = ExactWordProblems()
+    ps = []
+    for s in range(120):
+        items = generate_word_problems(n, seed=5000 + s, families=families)
+        rs = b.build(items, 3, BuildContext(seed=s, benchmark=tuple(items), exclude_benchmark=exclude_benchmark))
+        x = [float(len(it.answer) >= 2) for it in items]
+        y = [[float(len(r.answer) >= 2) for r in rs.refs[it.id]] for it in items]
+        up = paired_test("acc", x, y).p_value
+        down = paired_test("acc", [1 - v for v in x], [[1 - v for v in r] for r in y]).p_value
+        ps.append(min(1.0, 2 * min(up, down)))
+    rate = float(np.mean(np.array(ps) <= 0.05))
+    assert lo <= rate <= hi, rate
+
+
+def test_the_reserved_pool_passes_the_feature_check():
+    from zcp.modeling import benchmark_pool
+    from zcp.reference.exclusions import exclusion_keys
+
+    items = benchmark_pool(300)
+    keys, report = exclusion_keys("auto", items)
+    assert len(keys) > 12_000 and report[0]["source"].startswith("corpus:")
+    rs = build_references(items, "wordproblem", 9, BuildContext(seed=0, benchmark=tuple(items), exclude=keys))
+    assert len(rs.refs) == 300
+    assert not any(signature(r) in keys for v in rs.refs.values() for r in v)  # nothing the corpora hold
+    assert rs.report["exchangeability"]["min_p_bonferroni"] >= 0.01

@@ -1,0 +1,1 @@
+"""Validating detectors on ground truth: false-positive rates with real originals, power, ablations."""

@@ -1,0 +1,448 @@
+"""Calibration part (d): the false-positive rate a clean model meets with REAL originals.
+
+Parts (a) and (b) of the calibration study check the test itself (simulated nulls; real scores with a reference
+draw playing the original). By construction they cannot see a systematic difference between originals and their
+references: an original that is a special case no reference matches, or references whose leading digits differ
+from the originals'. Part (d) measures what a user meets: models known to be clean (the shipped base models on the
+reserved word-problem pool they never saw, sham fine-tunes of the simulation that trained on the same recipe with
+nothing of the benchmark leaked) scored on real pools (the reserved pool, ArithMark, GSM8K) with the project's own
+references, then the verdict on random N-item subsets, per metric and combined (Bonferroni), at alpha.
+
+Subsets of one pool share items, so their rejection rate varies even for a valid test (a pool with a few items
+that happen to favour the original gives a high rate on every subset holding them). The observed rate is therefore
+judged against **exact-null pools** built from the same records: each item's "original" is replaced by one of its
+m + 1 real versions drawn uniformly (the other m become its references), which makes the label exchangeable by
+construction while keeping the real score distributions; then the same subsets are tested. Reported per cell: the
+observed rate with its Clopper-Pearson 95% CI (nominal: the subsets are dependent), the null pools' mean and 95th
+percentile, and the share of null pools at or above the observed rate (small = the real originals are rejected more
+often than exchangeable ones would be).
+
+The tests are the library's within-item permutation tests vectorised over subsets (`zcp.calibration`): exact for
+acc/con, Monte Carlo with B relabellings for p_first/p_all (a replicate stops drawing once its p must exceed alpha:
+the decisions at alpha are those of the full B). Difference-in-differences (a fine-tune against its base, the
+simulation's second verdict and run_detect's `base_model.path`) is measured the same way for every model paired
+with the shipped base model: per item the gap (S - S_ref) of the model minus the base's, the sign-flip permutation
+test; its null pools relabel the same version as original in both models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zcp.data.schema import Item
+from zcp.io import stable_hash
+
+log = logging.getLogger(__name__)
+
+POOL_KINDS = ("wordproblem_pool", "arithmark", "gsm8k", "file")
+
+
+@dataclass
+class PoolSpec:
+    """One real pool: its items and how its references are built (the registry's builders)."""
+
+    kind: str = "wordproblem_pool"  # wordproblem_pool | arithmark | gsm8k | file
+    n: int = 300  # wordproblem_pool: items of the reserved pool; gsm8k/file: first n rows (0 = all)
+    n_per_stage: int = 60  # arithmark: records per stage (generated with `seed`)
+    seed: int = 0  # arithmark generation
+    path: str | None = None  # gsm8k / file
+    format: str = "items"  # file: loader format
+    method: str = "auto"  # reference method (zcp.reference.registry)
+    special_cases: str = "drop"
+    metrics: Sequence[str] | None = None  # null: the settings' metrics
+    # draws built per item (null: m); each subset tests the first m that are not another subset item's values
+    # (a pool whose families have few values, the reserved pool's, needs more candidates than m)
+    candidates: int | None = None
+
+
+@dataclass
+class RealOriginalsSettings:
+    """Part (d): models x pools x subset sizes, null pools."""
+
+    models: Mapping[str, str] = field(default_factory=dict)  # name -> model folder (shipped models, sham runs' model/)
+    base: str | None = "base_model"  # the model every other one is paired with for the DiD rows (None: no DiD)
+    pools: Mapping[str, Any] = field(default_factory=dict)  # name -> PoolSpec fields
+    exclude: Sequence[str] = ("auto",)  # reference exclusions for every pool (+ each model's training_items.jsonl)
+    m: int = 9
+    sizes: Sequence[int] = (50, 100)
+    subsets: int = 500
+    null_pools: int = 100
+    metrics: Sequence[str] = ("acc", "con", "p_first", "p_all")
+    B: int = 999
+    alpha: float = 0.05
+    reference_seed: int = 0
+    records_root: str = "outputs/calibration/real_originals"
+    chunk_size: int = 256
+
+
+# --------------------------------------------------------------------------------------------------- pools
+
+
+def pool_items(spec: PoolSpec) -> list[Item]:
+    """The items of a pool spec."""
+    if spec.kind == "wordproblem_pool":
+        from zcp.modeling import benchmark_pool
+
+        return benchmark_pool(int(spec.n))
+    if spec.kind == "arithmark":
+        from zcp.data.arithmark import arithmark_to_item, generate_arithmark
+
+        return [arithmark_to_item(r) for r in generate_arithmark(int(spec.n_per_stage), int(spec.seed))]
+    if spec.kind in ("gsm8k", "file"):
+        from zcp.data.loaders import load_items, resolve_path
+
+        if not spec.path:
+            raise ValueError(f"pool kind {spec.kind} needs a path")
+        items = load_items(str(resolve_path(spec.path)), format="gsm8k" if spec.kind == "gsm8k" else spec.format)
+        return items[: int(spec.n)] if spec.n else items
+    raise ValueError(f"pool kind must be one of {POOL_KINDS}, not {spec.kind!r}")
+
+
+def model_exclusions(models: Mapping[str, str]) -> list[str]:
+    """Training-items files of the models that have them (a sham run's model/ sits beside training_items.jsonl)."""
+    out = []
+    for path in models.values():
+        f = Path(path).parent / "training_items.jsonl"
+        if f.is_file():
+            out.append(f"items:{f}")
+    return out
+
+
+def pool_references(items: list[Item], spec: PoolSpec, s: RealOriginalsSettings, models: Mapping[str, str]
+                    ) -> tuple[dict[str, list[Item]], dict[str, Any]]:
+    """One reference set per pool, shared by every model: the builder's draws with every model's training data
+    excluded (conditioning on more of what the pool was selected against keeps the draws exact for each)."""
+    from zcp.build_data import reference_context
+    from zcp.reference.registry import build_references, resolve_method
+
+    fmt = {"wordproblem_pool": "wordproblems", "arithmark": "arithmark", "gsm8k": "gsm8k"}.get(spec.kind, spec.format)
+    method = resolve_method(spec.method, items, fmt)
+    # candidates may be other pool items' values: each subset then keeps the draws off its own items (subset_versions)
+    ctx, excl = reference_context(items, s.reference_seed, {"exclude": [*s.exclude, *model_exclusions(models)],
+                                                            "special_cases": spec.special_cases,
+                                                            "exclude_benchmark": "false"})
+    rs = build_references(items, method, int(spec.candidates or s.m), ctx)
+    report = {**rs.report, "exclusions": excl, "rejections": len(rs.rejections),
+              "items_with_references": len(rs.refs)}
+    return rs.refs, report
+
+
+# --------------------------------------------------------------------------------------------------- scoring
+
+
+def score_pool(model_path: str, model_name: str, pool_name: str, items: list[Item], refs: dict[str, list[Item]],
+               metrics: Sequence[str], s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Mapping[str, Any],
+               progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Probe originals and references once (resumable records under records_root; the same probe as run_detect)."""
+    from zcp.config import build_backend
+    from zcp.detect import DetectDataset, DetectSettings, collect_records, probe_config
+    from zcp.io import model_fingerprint
+
+    probe = probe_config(probe_cfg, model_cfg)
+    probe.metrics = tuple(metrics)
+    ds = DetectDataset(pool_name, [it for it in items if it.id in refs], refs)
+    key = stable_hash(json.dumps({"model": model_fingerprint(model_path), "probe": repr(probe.__dict__),
+                                  "units": [(k, it.question, it.answer) for k, it in ds.work()]},
+                                 sort_keys=True, default=str), 10)
+    out = Path(s.records_root) / f"{pool_name}__{model_name}__{key}"
+    backend = build_backend({**dict(model_cfg), "path": model_path, "adapter": None, "name": model_name})
+    settings = DetectSettings(chunk_size=s.chunk_size, progress=progress, on_overflow="skip")
+    overflow: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    records = collect_records(backend, [ds], probe, out, settings, overflow=overflow)
+    return records, {"records_dir": str(out), "units": len(records), "seconds": round(time.perf_counter() - t0, 1),
+                     "overflow_items": len({r["original_id"] for r in overflow if r.get("action") == "skipped item"}),
+                     "overflow_rows": sum(r.get("action") == "skipped row" for r in overflow)}
+
+
+def version_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], m: int
+                  ) -> tuple[list[str], np.ndarray]:
+    """Items with their original and exactly m reference draws: ids and V (n, m + 1, k), version 0 the original.
+
+    Items with fewer draws (a builder short of values, a row left out for the context) are left out: the
+    vectorised tests need the same m per item (counted by the caller)."""
+    from zcp.probe import metric_value
+
+    orig: dict[str, list[float]] = {}
+    refs: dict[str, list[tuple[int, list[float]]]] = {}
+    for r in records:
+        vals = [metric_value(dict(r), mt) for mt in metrics]
+        if r.get("variant") == "original":
+            orig[str(r["original_id"])] = vals
+        elif r.get("variant") == "reference":
+            refs.setdefault(str(r["original_id"]), []).append((int(r["draw"]), vals))
+    ids = sorted(i for i in orig if len(refs.get(i, [])) == m)
+    V = np.array([[orig[i], *[v for _, v in sorted(refs[i])]] for i in ids], dtype=np.float64)
+    return ids, V.reshape(len(ids), m + 1, len(metrics))
+
+
+def version_keys(ids: Sequence[str], items: Sequence[Item], refs: Mapping[str, Sequence[Item]]) -> np.ndarray:
+    """Integer codes (n, M + 1) of each version's values (word-problem signature, ArithMark expression, else the
+    question): equal codes = the same values, so a draw that is another item's original can be recognised."""
+    from zcp.reference.exclusions import item_key
+
+    by_id = {it.id: it for it in items}
+    codes: dict[str, int] = {}
+
+    def code(it: Item) -> int:
+        k = item_key(it) or "q:" + " ".join(it.question.split())
+        return codes.setdefault(k, len(codes))
+
+    return np.array([[code(by_id[i]), *[code(r) for r in refs[i]]] for i in ids], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------- rates
+
+
+def _pvalues(metric: str, orig: np.ndarray, ref: np.ndarray, B: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """Within-item permutation p per replicate row: orig (R, n), ref (R, n, m)."""
+    from zcp.calibration import kind_of, permutation_pvalues
+
+    p, _ = permutation_pvalues(kind_of(metric), orig, ref, B, rng, (alpha,), stop_above=alpha)
+    return p
+
+
+def relabel_order(label: np.ndarray, m1: int) -> np.ndarray:
+    """Per item the version order with version `label[i]` first and the other m in their order: (n, m + 1)."""
+    rest = np.arange(m1 - 1)[None, :]
+    return np.concatenate([label[:, None], rest + (rest >= label[:, None])], axis=1)
+
+
+def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, label: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The versions each subset tests: originals X (R, N, k) and references Y (R, N, m, k), and the count of
+    (subset, item) pairs that had to keep a colliding draw.
+
+    Per item, version `label[i]` (None: 0, the real original) is the original and the other M versions are its
+    candidate draws in order; in each subset an item keeps the first m candidates that are not another subset
+    item's original (what the builder does with the subset as the benchmark: exclude_benchmark). An item left with
+    fewer than m keeps the first colliding ones too (counted)."""
+    n, m1, _ = V.shape
+    if label is None:
+        label = np.zeros(n, dtype=np.int64)
+    order = relabel_order(label, m1)
+    W = np.take_along_axis(V, order[:, :, None], axis=1)
+    Kw = np.take_along_axis(keys, order, axis=1)
+    R, N = picks.shape
+    orig_keys = Kw[picks, 0]  # (R, N)
+    cand = Kw[picks, 1:]  # (R, N, M)
+    srt = np.sort(orig_keys, axis=1)
+    pos = np.clip(np.array([np.searchsorted(srt[r], cand[r]) for r in range(R)]), 0, N - 1)
+    collide = np.take_along_axis(srt[:, None, :].repeat(N, axis=1), pos, axis=2) == cand
+    choice = np.argsort(collide, axis=2, kind="stable")[:, :, :m]  # non-colliding first, in draw order
+    short = int(np.take_along_axis(collide, choice, axis=2).any(axis=2).sum())
+    Wp = W[picks]  # (R, N, M + 1, k)
+    X = Wp[:, :, 0, :]
+    Y = np.take_along_axis(Wp[:, :, 1:, :], choice[..., None], axis=2)
+    return X, Y, short
+
+
+def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
+                      rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
+                      m: int | None = None) -> dict[str, np.ndarray]:
+    """Rejections (R,) per metric and combined for subsets `picks` (R, N) of items with versions V (n, M+1, k).
+
+    `label` (n,): which version plays the original per item (None: version 0, the real original); `keys`/`m`:
+    per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a draw)."""
+    from zcp.calibration import bonferroni, rejects
+
+    if keys is None:
+        keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
+    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
+    out, ps = {}, []
+    for k, mt in enumerate(metrics):
+        p = _pvalues(mt, X[..., k], Y[..., k], B, alpha, rng)
+        ps.append(p)
+        out[mt] = rejects(p, alpha)
+    out["combined"] = rejects(bonferroni(ps), alpha)
+    return out
+
+
+def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
+                   rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
+                   m: int | None = None) -> dict[str, np.ndarray]:
+    """Rejections of the DiD test (sign-flip permutation of the per-item gap difference, the simulation's and
+    run_detect's test) per metric and combined, for a model V and its base Vb on the same items and versions."""
+    from zcp.calibration import bonferroni, permutation_mc, rejects
+
+    if keys is None:
+        keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
+    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
+    Xb, Yb, _ = subset_versions(Vb, keys, picks, m or V.shape[1] - 1, label)
+    out, ps = {}, []
+    for k, mt in enumerate(metrics):
+        gap, gap_b = X[..., k] - Y[..., k].mean(axis=-1), Xb[..., k] - Yb[..., k].mean(axis=-1)
+        p = permutation_mc(gap, gap_b[..., None], B, rng, stop_above=alpha)
+        ps.append(p)
+        out[mt] = rejects(p, alpha)
+    out["combined"] = rejects(bonferroni(ps), alpha)
+    return out
+
+
+def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: RealOriginalsSettings, seed: int,
+               Vb: np.ndarray | None = None, keys: np.ndarray | None = None, progress: bool = False,
+               desc: str = "") -> list[dict[str, Any]]:
+    """Observed rejection rates on random subsets and the exact-null pools' rates on the same subsets.
+
+    V (n, M + 1, k): every item's original and M candidate draws; each subset tests m = `s.m` of them per item
+    (`subset_versions`). A null pool relabels a uniformly drawn version of each item as its original."""
+    from zcp.calibration import _cell_rng, rate_ci
+
+    n = V.shape[0]
+    if keys is None:
+        keys = np.arange(n * V.shape[1]).reshape(V.shape[:2])
+    m = min(int(s.m), V.shape[1] - 1)
+    rows = []
+    for N in sizes:
+        N_eff = min(int(N), n)
+        rng = _cell_rng(seed, "real-originals", desc, N_eff)
+        picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
+        short = subset_versions(V, keys, picks, m)[2]
+
+        def test(lab: np.ndarray | None, r: np.random.Generator, picks: np.ndarray = picks) -> dict[str, np.ndarray]:
+            if Vb is not None:
+                return did_rejections(V, Vb, metrics, picks, s.B, s.alpha, r, lab, keys, m)
+            return subset_rejections(V, metrics, picks, s.B, s.alpha, r, lab, keys, m)
+
+        observed = test(None, rng)
+        null_rates: dict[str, list[float]] = {k: [] for k in observed}
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=s.null_pools, desc=f"null pools {desc} N={N_eff}", unit="pool", mininterval=5)
+        for _ in range(s.null_pools):
+            lab = rng.integers(0, V.shape[1], size=n)
+            res = test(lab, rng)
+            for k, v in res.items():
+                null_rates[k].append(float(v.mean()))
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        for k, rej in observed.items():
+            kk = int(rej.sum())
+            lo, hi = rate_ci(kk, rej.size)
+            nulls = np.array(null_rates[k])
+            rate = kk / rej.size
+            rows.append({"metric": k, "n": N_eff, "m": m, "subsets": int(rej.size), "rate": rate, "lo": lo, "hi": hi,
+                         "null_mean": float(nulls.mean()) if nulls.size else None,
+                         "null_p95": float(np.quantile(nulls, 0.95)) if nulls.size else None,
+                         "null_share_at_or_above": float((nulls >= rate - 1e-12).mean()) if nulls.size else None,
+                         "null_pools": int(nulls.size), "items_keeping_a_colliding_draw": short})
+    return rows
+
+
+def full_pool_tests(V: np.ndarray, metrics: Sequence[str], B: int = 10_000) -> list[dict[str, Any]]:
+    """The library's test on the whole pool per metric (does the pool as a whole favour its originals?)."""
+    from zcp.stats import paired_test
+
+    out = []
+    for k, mt in enumerate(metrics):
+        res = paired_test(mt, V[:, 0, k], V[:, 1:, k], B=B)
+        out.append({"metric": mt, "n": int(V.shape[0]), "s": res.s, "s_ref": res.s_ref, "p_value": res.p_value})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- study
+
+
+def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Mapping[str, Any], seed: int,
+                         progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Part (d) over every model x pool x size (plus DiD rows against `s.base`); rows and an info block.
+
+    A model whose folder is missing (a sham run not trained yet) is skipped with the reason in the info."""
+    info: dict[str, Any] = {"pools": {}, "models": {}, "skipped": {}, "scoring": {}}
+    models = {}
+    for name, path in s.models.items():
+        if path and (Path(path) / "config.json").is_file():
+            models[name] = str(path)
+        else:
+            info["skipped"][name] = f"no model folder at {path} (train it first: see conf/experiment/calibration_shams.yaml)"
+            log.warning("part (d): %s skipped: %s", name, info["skipped"][name])
+    info["models"] = models
+    rows: list[dict[str, Any]] = []
+    for pname, raw in s.pools.items():
+        spec = PoolSpec(**dict(raw))
+        metrics = list(spec.metrics or s.metrics)
+        items = pool_items(spec)
+        refs, rep = pool_references(items, spec, s, models)
+        info["pools"][pname] = {"kind": spec.kind, "items": len(items), "metrics": metrics,
+                                "reference": {k: rep[k] for k in ("method", "law", "items_with_references", "rejections",
+                                                                  "exclusions")},
+                                "exchangeability": {k: rep["exchangeability"].get(k)
+                                                    for k in ("items", "min_p_bonferroni", "warnings", "leading_digit")}}
+        tables: dict[str, np.ndarray] = {}
+        M = int(spec.candidates or s.m)
+        for mname, path in models.items():
+            recs, sinfo = score_pool(path, mname, pname, items, refs, metrics, s, probe_cfg, model_cfg, progress)
+            ids, V = version_table(recs, metrics, M)
+            keys = version_keys(ids, items, refs)
+            sinfo["items_used"] = len(ids)
+            info["scoring"][f"{mname}/{pname}"] = sinfo
+            tables[mname] = (ids, V, keys)
+            label = f"{mname}/{pname}"
+            for r in rate_cells(V, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label):
+                rows.append({"part": "d", "model": mname, "pool": pname, "kind": "zcp", **r})
+            info["scoring"][label]["full_pool"] = full_pool_tests(V[:, : s.m + 1], metrics)
+        if s.base and s.base in tables:
+            bids, Vb, _ = tables[s.base]
+            for mname, (ids, V, keys) in tables.items():
+                if mname == s.base:
+                    continue
+                common = sorted(set(ids) & set(bids))
+                ia = [ids.index(i) for i in common]
+                ib = [bids.index(i) for i in common]
+                label = f"{mname}-vs-{s.base}/{pname}"
+                for r in rate_cells(V[ia], metrics, s.sizes, s, seed, Vb=Vb[ib], keys=keys[ia], progress=progress,
+                                    desc=label):
+                    rows.append({"part": "d", "model": f"{mname} vs {s.base}", "pool": pname, "kind": "did", **r})
+    return rows, info
+
+
+def average_rates(rows: Sequence[Mapping[str, Any]], kind: str = "zcp") -> dict[str, float]:
+    """Mean rejection rate per metric (and combined) over every model, pool and size of one kind of row."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("part") == "d" and r.get("kind") == kind:
+            out.setdefault(r["metric"], []).append(r["rate"])
+    return {k: float(np.mean(v)) for k, v in out.items()}
+
+
+def markdown(rows: Sequence[Mapping[str, Any]], info: Mapping[str, Any], alpha: float) -> str:
+    """Part (d) as markdown: the per-cell table (rate [CI], null pools' mean / p95 / share at or above) and the
+    averages over models, pools and sizes."""
+    lines = [f"## (d) Real originals: clean models, real pools, the project's references (alpha = {alpha:g})", "",
+             "Rate: share of random subsets the verdict rejects [Clopper-Pearson 95% CI; nominal: subsets share "
+             "items]. Null pools: the same records with each item's original replaced by one of its m + 1 versions "
+             "at random (exchangeable by construction), the same subsets tested: their mean rate, 95th percentile, "
+             "and the share of null pools at or above the observed rate (small = real originals rejected more often "
+             "than exchangeable ones).", ""]
+    for kind, title in (("zcp", "ZCP verdict"), ("did", "Difference-in-differences against the base model")):
+        rs = [r for r in rows if r.get("part") == "d" and r.get("kind") == kind]
+        if not rs:
+            continue
+        lines += [f"### {title}", "", "| model | pool | N | metric | rate [95% CI] | null mean | null p95 | "
+                  "null share >= obs |", "|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            lines.append(f"| {r['model']} | {r['pool']} | {r['n']} | {r['metric']} | {r['rate']:.3f} "
+                         f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['null_mean']:.3f} | {r['null_p95']:.3f} | "
+                         f"{r['null_share_at_or_above']:.2f} |")
+        avg = average_rates(rows, kind)
+        lines += ["", "Average over models, pools and sizes: " + ", ".join(f"{k} {v:.3f}" for k, v in avg.items()), ""]
+    if info.get("skipped"):
+        lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in info["skipped"].items()), ""]
+    for pname, p in (info.get("pools") or {}).items():
+        ex = p.get("exchangeability") or {}
+        lines.append(f"- pool {pname}: {p['items']} items, reference {p['reference']['method']} "
+                     f"({p['reference']['law']}), {p['reference']['items_with_references']} with draws; feature "
+                     f"exchangeability min Bonferroni p {ex.get('min_p_bonferroni')}")
+    return "\n".join(lines) + "\n"
