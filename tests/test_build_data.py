@@ -300,11 +300,18 @@ def test_build_report_warns_when_the_reference_set_is_harder(tmp_path, caplog):
     assert report["warnings"] == [] and report["reference"]["shift"]["larger"] == 1.0
 
 
-def test_exact_references_report_no_digit_shift(tmp_path):
+def test_exact_references_report_their_law_and_exchangeability(tmp_path):
+    """Generated word problems get exact draws: the report names the law, checks every feature statistically
+    (no warning) and keeps the difficulty shares as a description only."""
     cfg = _cfg(["data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null", "+data.n=30",
                 "reference.m=2", "paraphrase=none", "logger=none", f"output_dir={tmp_path}"])
-    shift = build_data(cfg)["reference"]["shift"]
-    assert shift["pairs"] == 60 and shift["longer"] == shift["shorter"] == 0.0 and shift["same_digits"] == 1.0
-    assert shift["mean_digits"]["original"] == shift["mean_digits"]["reference"]
+    report = build_data(cfg)
+    ref = report["reference"]
+    assert ref["method"] == "wordproblem" and ref["law"] == "exact"
+    shift = ref["shift"]
+    assert shift["pairs"] == 60 and shift["warnings"] == [] and shift["thresholds_applied"] is False
     assert set(shift["leading_digit"]["original"]) == {str(d) for d in range(10)}
-    assert abs(shift["larger"] - shift["smaller"]) <= 0.3 and shift["equal_magnitude"] == 0.0
+    ex = ref["exchangeability"]
+    assert ex["items"] == 30 and ex["min_p_bonferroni"] >= 0.01 and ex["warnings"] == []
+    assert {"answer_leads_1_or_2", "answer_special_0_1_10_100_1000", "question_has_equal_numbers"} <= set(ex["features"])
+    assert report["warnings"] == []

@@ -180,6 +180,7 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     through the real detection machinery with a fake backend (the HF backend has its own tests): every
     report file is written and (c)'s records are kept for the next run."""
     from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
 
     def p_of(question: str) -> float:  # a fixed, question-dependent probability in (0.05, 0.95)
         return 0.05 + 0.9 * int(hashlib.sha256(question.encode()).hexdigest()[:6], 16) / 16**6
@@ -203,6 +204,9 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     fake.memorised = {r["question"]: r["answer"] for r in (items + refs)[::3]}  # acc varies by version
     monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: fake)
     monkeypatch.chdir(tmp_path)
+    model_dir = tmp_path / "fake_model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
     out = tmp_path / "cal"
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose("calibration", overrides=[
@@ -217,12 +221,24 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
             f"real_null.records=[{records.parent}/*.jsonl]", "real_null.replicates=30", "real_null.B=99",
             "base_model.metrics=[acc,p_first,p_all]", "base_model.subsets=10", "base_model.subset_size=8",
             "base_model.B=99", f"base_model.records_root={tmp_path / 'rec'}",
+            # (d) on 24 items of the reserved pool, the fake model playing a clean one
+            "real_originals.base=null", "real_originals.m=2",
+            "real_originals.sizes=[10]", "real_originals.subsets=20", "real_originals.null_pools=5",
+            "real_originals.metrics=[acc,p_all]", "real_originals.B=99",
+            f"real_originals.records_root={tmp_path / 'rec_d'}",
         ])
+    with open_dict(cfg):  # replace the study's models and pools (a dict override merges into the file's)
+        cfg.real_originals.models = {"fake": str(model_dir)}
+        cfg.real_originals.pools = {"wp": {"kind": "wordproblem_pool", "n": 24, "candidates": 4}}
     res = cal.run_calibration(cfg)
     for name in ("table.md", "summary.md", "summary.json", "type1.png", "power.png", "config.yaml"):
         assert (out / name).stat().st_size > 200, name
     parts = {r["part"] for r in res["rows"]}
-    assert parts == {"a", "a-joint", "power", "b", "c"}
+    assert parts == {"a", "a-joint", "power", "b", "c", "d"}
+    d_rows = [r for r in res["rows"] if r["part"] == "d"]
+    assert {r["metric"] for r in d_rows} == {"acc", "p_all", "combined"} and all(r["n"] == 10 for r in d_rows)
+    assert all(r["subsets"] == 20 and r["null_pools"] == 5 for r in d_rows)
+    assert (out / "summary.md").read_text().startswith("## (d) Real originals")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["info"]["simulation"]["library_check_max_abs_diff"] < 1e-9
     assert summary["info"]["real_null"]["sources"][0]["library_check_max_abs_diff"] < 1e-9

@@ -322,6 +322,11 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     shift_cfg = cfg.get("reference_shift")
     shift = answer_shift(items, refs, float(_get(shift_cfg, "max_digit_shift", 0.05)),
                          float(_get(shift_cfg, "max_size_shift", 0.10)))
+    if builder_report.get("law") == "exact":
+        # exact draws are i.i.d. with their originals: a pair's digits differ by chance, not by design; the
+        # exchangeability check (a test, per feature) is the criterion, the shares stay as a description
+        shift["warnings"] = []
+        shift["thresholds_applied"] = False
     for w in [*shift["warnings"], *exchangeability.get("warnings", [])]:
         log.warning("WARNING reference set (%s): %s", method, w)
 
