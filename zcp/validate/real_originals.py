@@ -366,7 +366,7 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
         if path and (Path(path) / "config.json").is_file():
             models[name] = str(path)
         else:
-            info["skipped"][name] = f"no model folder at {path} (train it first: see conf/experiment/calibration_shams.yaml)"
+            info["skipped"][name] = f"no model folder at {path} (train it first: python train/run_contaminate.py experiment=calibration_shams)"
             log.warning("part (d): %s skipped: %s", name, info["skipped"][name])
     info["models"] = models
     rows: list[dict[str, Any]] = []
