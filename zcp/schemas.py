@@ -114,10 +114,20 @@ class SimDetectConfig:
     # without reference_path: the builder (the same registry as run_build_data); its exclusions are added to the
     # run's own training data (leaked C items, clean and sham items: <run>/training_items.jsonl)
     reference: ReferenceChoice = field(default_factory=ReferenceChoice)
+    # a probe prompt longer than the model's context (as run_detect's data.on_overflow): error (checked before
+    # training, with the tokenizer only) | skip (the row; the item when its original overflows) | truncate
+    on_overflow: str = "error"
+    # reference_path: a benchmark item without any row in it: error | skip (left out, counted in
+    # simulation_summary.json). Rows of items outside the benchmark (benchmark.limit) are always left out, counted.
+    missing_reference: str = "error"
 
     def __post_init__(self) -> None:
         check_value(self.m >= 1, "detect.m", self.m, ">= 1")
         check_seeds(self.seeds, "detect.seeds")
+        check_value(self.on_overflow in OVERFLOW_POLICIES, "detect.on_overflow", self.on_overflow,
+                    f"one of {list(OVERFLOW_POLICIES)}")
+        check_value(self.missing_reference in ("error", "skip"), "detect.missing_reference", self.missing_reference,
+                    "error or skip")
 
 
 @dataclass
