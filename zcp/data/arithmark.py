@@ -9,7 +9,10 @@ two integer distractors and one float, a float answer two floats and one integer
 with exact fractions so rounding never depends on binary floating point (0.1 + 0.2 != 0.3).
 
 Also here: the isomorphic reference perturbation used by ZCP (`perturb_arithmark`), the conversion to
-the shared `Item` schema, the evaluation through the `Backend` interface and the Hydra run function.
+the shared `Item` schema, the evaluation through the `Backend` interface and the Hydra run function; and
+a grouped grammar (`parse_grouped`, `evaluate_grouped`: parentheses evaluated first, left to right inside)
+that reads the formula variants of `zcp.paraphrase.formula` (`load_arithmark(..., allow_groups=True)`);
+the spec's flat expressions keep their parse and value under it.
 """
 
 from __future__ import annotations
@@ -135,6 +138,110 @@ def parse_expression(expr: str) -> tuple[list[int], list[str]]:
     return [int(o) for o in operands], list(operators)
 
 
+# Grouped expressions (formula variants, `zcp.paraphrase.formula`). The spec's expressions are flat; TREAT's
+# equivalence-preserving rewrites (`zcp.reference.formula`) need parentheses to keep a value under
+# left-to-right semantics ("a * b + c" commuted is "c + (a * b)", not "c + a * b" = (c + a) * b). The
+# extension: a term is an integer literal or a parenthesised chain; a group is evaluated first, left to
+# right inside, and then stands for its value in the chain around it. Tokens are separated by whitespace
+# as in the spec, except that parentheses may be glued to a literal ("(-2 + 1) * 3", "8 * (1 / -4)"). A
+# flat expression is parsed into the same operands and operators as `parse_expression` and has the same
+# value: the extension only adds strings the spec grammar rejects.
+
+GroupedTerm = int | tuple[list["GroupedTerm"], list[str]]
+
+
+def _grouped_tokens(expr: str) -> list[str]:
+    tokens: list[str] = []
+    for piece in expr.split():
+        core = piece.lstrip("(")
+        lead = len(piece) - len(core)
+        body = core.rstrip(")")
+        trail = len(core) - len(body)
+        if body and not _TOKEN_RE.fullmatch(body):
+            raise ValueError(f"not an ArithMark expression: {expr!r}")
+        if body in OPERATORS and (lead or trail):
+            raise ValueError(f"not an ArithMark expression: {expr!r} (a parenthesis on an operator)")
+        tokens += ["("] * lead + ([body] if body else []) + [")"] * trail
+    return tokens
+
+
+def parse_grouped(expr: str) -> tuple[list[GroupedTerm], list[str]]:
+    """Terms and operators of an ArithMark expression with optional parentheses; ValueError if malformed.
+
+    A term is an int or, for a parenthesised group, its own (terms, operators) pair. A flat expression
+    gives `parse_expression`'s operands and operators."""
+    tokens = _grouped_tokens(expr)
+    pos = 0
+
+    def fail(why: str) -> ValueError:
+        return ValueError(f"not an ArithMark expression: {expr!r} ({why})")
+
+    def term() -> GroupedTerm:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise fail("an operand is missing at the end")
+        tok = tokens[pos]
+        pos += 1
+        if tok == "(":
+            inner = chain()
+            if pos >= len(tokens) or tokens[pos] != ")":
+                raise fail("a '(' is not closed")
+            pos += 1
+            return inner
+        if tok in OPERATORS or tok == ")":
+            raise fail(f"{tok!r} where an operand is expected")
+        return int(tok)
+
+    def chain() -> tuple[list[GroupedTerm], list[str]]:
+        nonlocal pos
+        terms, operators = [term()], []
+        while pos < len(tokens) and tokens[pos] in OPERATORS:
+            operators.append(tokens[pos])
+            pos += 1
+            terms.append(term())
+        return terms, operators
+
+    root = chain()
+    if pos != len(tokens):
+        raise fail(f"unexpected {tokens[pos]!r}")
+    return root
+
+
+def grouped_operands(expr: str) -> list[int]:
+    """The integer literals of a (grouped or flat) expression, in order of appearance."""
+    def walk(t: GroupedTerm) -> list[int]:
+        return [t] if isinstance(t, int) else [x for sub in t[0] for x in walk(sub)]
+
+    return walk(parse_grouped(expr))
+
+
+def evaluate_grouped(expr: str) -> Fraction:
+    """Exact value of an expression with optional parentheses: groups first, every chain left to right.
+
+    ValueError if malformed, ZeroDivisionError on any division by 0; a flat expression has exactly the
+    value `evaluate_exact` gives its `parse_expression` operands."""
+    def value(t: GroupedTerm) -> Fraction:
+        if isinstance(t, int):
+            return Fraction(t)
+        terms, operators = t
+        acc = value(terms[0])
+        for op, sub in zip(operators, terms[1:], strict=True):
+            b = value(sub)
+            if op == "+":
+                acc += b
+            elif op == "-":
+                acc -= b
+            elif op == "*":
+                acc *= b
+            else:
+                if b == 0:
+                    raise ZeroDivisionError("division by zero in the left-to-right evaluation")
+                acc /= b
+        return acc
+
+    return value(parse_grouped(expr))
+
+
 # ------------------------------------------------------------------------------------------ generation
 
 
@@ -250,9 +357,18 @@ def generate_arithmark(n_per_stage: int = 1000, seed: int = 0,
 # ----------------------------------------------------------------------------------------- validation
 
 
+VARIANT_KEYS: tuple[str, ...] = ("original_id", "transforms")
+"""Extra keys of a formula-variant record (`allow_groups`): its original's id and the transforms applied."""
+
+
 def validate_record(record: Mapping[str, Any], *, path: str | None = None, row: int | None = None,
-                    extra_keys: Sequence[str] = ()) -> None:
-    """Check one record against the spec (keys, counts, range, value, options); raise DataError naming the field."""
+                    extra_keys: Sequence[str] = (), allow_groups: bool = False) -> None:
+    """Check one record against the spec (keys, counts, range, value, options); raise DataError naming the field.
+
+    `allow_groups` accepts a formula variant of a spec record (`zcp.paraphrase.formula`): the expression
+    may hold parentheses (`parse_grouped`) and `n_operands` counts its literals, which need not be
+    stage + 1 (a rewrite may add literals: "(E) + 3 - 3"); `stage` stays the original's (in STAGES), the
+    literals stay in the spec's range and the answer is the expression's value (`evaluate_grouped`)."""
     def fail(msg: str, field: str) -> DataError:
         return DataError(msg, path=path, row=row, field=field)
 
@@ -263,18 +379,20 @@ def validate_record(record: Mapping[str, Any], *, path: str | None = None, row: 
     unexpected = sorted(keys - set(RECORD_KEYS) - set(extra_keys))
     if unexpected:
         raise fail("unexpected key", unexpected[0])
+    expr = str(record["expression"])
     try:
-        operands, operators = parse_expression(str(record["expression"]))
+        operands, operators = (grouped_operands(expr), None) if allow_groups else parse_expression(expr)
     except ValueError as e:
         raise fail(str(e), "expression") from e
-    if record["stage"] not in STAGES or record["n_operands"] != record["stage"] + 1:
+    if record["stage"] not in STAGES or (not allow_groups and record["n_operands"] != record["stage"] + 1):
         raise fail(f"stage {record['stage']} must be in {STAGES} with stage+1 operands", "stage")
     if len(operands) != record["n_operands"]:
         raise fail(f"{len(operands)} operands, expected {record['n_operands']}", "n_operands")
     if any(not OPERAND_MIN <= b <= OPERAND_MAX for b in operands):
         raise fail(f"operand outside [{OPERAND_MIN}, {OPERAND_MAX}]", "expression")
     try:
-        value = evaluate_expression(operands, operators)
+        value = (evaluate_expression(operands, operators) if operators is not None
+                 else _to_number(round_result(evaluate_grouped(expr))))
     except ZeroDivisionError as e:
         raise fail("division by zero", "expression") from e
     answer = record["answer"]
@@ -292,13 +410,16 @@ def validate_record(record: Mapping[str, Any], *, path: str | None = None, row: 
         raise fail(f"options[{idx}] is not the answer", "answer_index")
 
 
-def load_arithmark(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate an ArithMark JSONL file; bad rows raise DataError with file, row and field."""
+def load_arithmark(path: str | Path, *, allow_groups: bool = False) -> list[dict[str, Any]]:
+    """Read and validate an ArithMark JSONL file; bad rows raise DataError with file, row and field.
+
+    `allow_groups` reads formula variants too (parenthesised expressions, `transforms`: see `validate_record`)."""
     from zcp.io import read_jsonl
 
     records = []
+    extra = VARIANT_KEYS if allow_groups else ("original_id",)
     for row, record in enumerate(read_jsonl(path), start=1):
-        validate_record(record, path=str(path), row=row, extra_keys=("original_id",))
+        validate_record(record, path=str(path), row=row, extra_keys=extra, allow_groups=allow_groups)
         records.append(record)
     return records
 

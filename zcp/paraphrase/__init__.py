@@ -1,7 +1,8 @@
 """Paraphrasers: k surface variants of an item with the same numbers and answer, all behind one interface.
 
 `get_paraphraser(name, **kw).paraphrase(item, k, seed) -> list[Item]` with name one of `template`
-(generated word problems), `rules` (real word problems) or `llm` (a chat model through a Backend).
+(generated word problems), `rules` (real word problems), `llm` (a chat model through a Backend) or
+`formula` (ArithMark: TREAT's verified formula rewrites, `zcp.paraphrase.formula`).
 """
 
 from zcp.paraphrase.base import (
@@ -11,10 +12,12 @@ from zcp.paraphrase.base import (
     get_paraphraser,
     register_paraphraser,
 )
+from zcp.paraphrase.formula import FormulaParaphraser  # registers "formula" (sympy is imported on use)
 from zcp.paraphrase.validate import VariantCheck, check_variant, numeric_values, similarity
 
 __all__ = [
     "Candidate",
+    "FormulaParaphraser",
     "Paraphraser",
     "TemplateParaphraser",
     "VariantCheck",

@@ -17,13 +17,19 @@ Transforms (each returns None when it does not apply or would not change the tex
 
 Every output is checked by `verify_equivalent` (sympy, exact rationals, left-to-right semantics)
 against the input before it is returned; a rewrite that fails the check is discarded (None).
+`propose_rewrite` gives the unverified text, for callers that report why a rewrite was rejected.
+
+The `formula` paraphraser (`zcp.paraphrase.formula`) builds ArithMark variants from these rewrites;
+ArithMark's loader reads their parentheses through its grouped grammar
+(`zcp.data.arithmark.parse_grouped`, `load_arithmark(..., allow_groups=True)`).
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -264,19 +270,41 @@ _TREE_TRANSFORMS: dict[str, Callable[[Node, random.Random], Node | None]] = {
 }
 
 
-def transform_expression(expr: str, name: str, rng: random.Random | int) -> str | None:
-    """Rewrite `expr` with transform `name`; None when it does not apply, changes nothing or fails verification."""
+def propose_rewrite(expr: str, name: str, rng: random.Random | int) -> str | None:
+    """The UNVERIFIED text of transform `name` on `expr`; None when the transform does not apply.
+
+    The text may equal the input (a swap of equal operands) and is not checked for equivalence: callers
+    that report why a rewrite was rejected (`zcp.paraphrase.formula`) verify it themselves; everyone
+    else wants `transform_expression`."""
     if name not in _TREE_TRANSFORMS:
         raise KeyError(f"unknown transform {name!r}; known: {sorted(_TREE_TRANSFORMS)}")
     if not isinstance(rng, random.Random):
         rng = random.Random(rng)
     new_tree = _TREE_TRANSFORMS[name](parse_formula(expr), rng)
-    if new_tree is None:
-        return None
-    text = render(new_tree)
-    if text == expr.strip() or not verify_equivalent(expr, text):
+    return None if new_tree is None else render(new_tree)
+
+
+def transform_expression(expr: str, name: str, rng: random.Random | int) -> str | None:
+    """Rewrite `expr` with transform `name`; None when it does not apply, changes nothing or fails verification."""
+    text = propose_rewrite(expr, name, rng)
+    if text is None or text == expr.strip() or not verify_equivalent(expr, text):
         return None
     return text
+
+
+def rewrite_plans(rng: random.Random, names: Sequence[str] | None = None, max_steps: int = 2) -> list[tuple[str, ...]]:
+    """The order in which rewrites are tried: every single transform (shuffled), then every sequence of
+    2 distinct ones (shuffled), ... up to `max_steps`; `names` restricts the transforms (default: all)."""
+    names = list(_TREE_TRANSFORMS if names is None else names)
+    unknown = [n for n in names if n not in _TREE_TRANSFORMS]
+    if unknown:
+        raise KeyError(f"unknown transform {unknown[0]!r}; known: {sorted(_TREE_TRANSFORMS)}")
+    plans: list[tuple[str, ...]] = []
+    for steps in range(1, max_steps + 1):
+        level = list(itertools.permutations(names, steps))
+        rng.shuffle(level)
+        plans += level
+    return plans
 
 
 def _string_transform(name: str) -> Callable[[str, random.Random | int], str | None]:
@@ -308,13 +336,8 @@ def formula_variants(record: Mapping[str, Any], k: int = 6, seed: int = 0) -> li
     target = to_sympy(parse_formula(expr))
     if not target.is_Rational or exact_value(record["answer"]) != round_result(Fraction(int(target.p), int(target.q))):
         raise ValueError(f"record {record['id']}: answer {record['answer']} is not the value of {expr!r}")
-    names = list(_TREE_TRANSFORMS)
-    plans: list[tuple[str, ...]] = [(n,) for n in names]
-    rng.shuffle(plans)
-    pairs: list[tuple[str, ...]] = [(a, b) for a in names for b in names if a != b]
-    rng.shuffle(pairs)
     seen, variants = {expr}, []
-    for plan in plans + pairs:
+    for plan in rewrite_plans(rng):
         if len(variants) >= k:
             break
         text: str | None = expr
