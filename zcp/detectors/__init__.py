@@ -1,11 +1,12 @@
 """Baseline contamination detectors behind one registry (see `zcp.detectors.base`).
 
 Importing the package registers the built-in detectors: ppl, zlib, mink/minkK, minkpp/minkppK
-(zcp.detectors.likelihood), ref (reference_model), dpcc, recon and guided (reconstruction), and
-zcp_acc/zcp_con/zcp_p_first/zcp_p_all (zcp_gap: ZCP's item-level score from detection records).
+(zcp.detectors.likelihood), ref (reference_model), dpcc, recon and guided (reconstruction), trap (trap
+controls, MathTrap) and zcp_acc/zcp_con/zcp_p_first/zcp_p_all (zcp_gap: ZCP's item-level score from
+detection records).
 """
 
-from zcp.detectors import dpcc, likelihood, reconstruction, reference_model, zcp_gap  # noqa: F401 - registration
+from zcp.detectors import dpcc, likelihood, reconstruction, reference_model, trap, zcp_gap  # noqa: F401 - registration
 from zcp.detectors.base import (
     Detector,
     DetectorContext,

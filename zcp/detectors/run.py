@@ -48,7 +48,7 @@ SUMMARY = "summary.json"
 TABLE = "baselines.md"
 META = "run_meta.json"
 DEFAULT_DETECTORS = ["ppl", "zlib", "mink5", "mink10", "mink20", "mink30", "mink50", "minkpp5", "minkpp10",
-                     "minkpp20", "minkpp30", "minkpp50", "ref", "dpcc", "recon", "guided",
+                     "minkpp20", "minkpp30", "minkpp50", "ref", "dpcc", "recon", "guided", "trap",
                      "zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all"]
 
 
