@@ -304,6 +304,10 @@ def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
         from zcp.io import write_jsonl
 
         write_jsonl(det / "records.jsonl", _records(n=12))
+        from zcp.io import write_json  # a finished detection: its meta and summary beside the records
+
+        write_json(det / "run_meta.json", {"fingerprint": "hand-made", "n_units": len(_records(n=12))})
+        write_json(det / "summary.json", {"metrics": ["acc", "p_first", "p_all"]})
         cfg = compose("ablations", overrides=[*common, f"ablation.records={det / 'records.jsonl'}", "ablation.subsets=4",
                                               "ablation.sizes=[5]", f"output_dir={tmp_path / 'n'}",
                                               "ablations=[sample_size]"])

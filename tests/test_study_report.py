@@ -32,6 +32,7 @@ def _run_dir(root, name):
     recs = _detection_records()
     metrics = ["acc", "con", "p_first", "p_all"]
     write_jsonl(det / "records.jsonl", recs)
+    write_json(det / "run_meta.json", {"fingerprint": "hand-made", "n_units": len(recs)})  # a finished detection
     write_json(det / "summary.json", {"metrics": metrics, "alpha": 0.05,
                                       **analyse(recs, metrics, DetectSettings(seeds=(0,), bootstrap_samples=500))})
     return root / name

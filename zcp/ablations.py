@@ -14,6 +14,12 @@ Full-CoT (Table 17). acc = the greedy full-CoT answer equals the gold answer; p_
 full reasoning (r = 1). The same test gives C_cont per metric on C and on U: does the gap survive when
 the model may reason?
 
+Detection records (the sample-size study's input, and the optional r = 0 check of the truncation curve) are
+used only when they are of a finished detection run (`zcp.detect.detection_unfinished`); a run dir's are those
+of its newest finished detect/FT*/ (`zcp.detect.newest_finished_detection`). The sample-size study refuses
+others (one line naming the dir and what is missing); the r = 0 check is then skipped with that reason in
+summary.json, and it runs only after the ablation's own results are written.
+
 Sample size (Table 18). From a detection run's records: R seeded random item subsets of size N per split
 (originals with all their reference draws), one verdict per subset with the run's test (B reduced for
 speed, stated in the output): detection rate (share of subsets flagged at alpha, per metric and for the
@@ -34,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
-from zcp.data.schema import Item
+from zcp.data.schema import DataError, Item
 from zcp.detect import ORIGINAL, REFERENCE, DetectDataset, DetectSettings, analyse
 from zcp.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json, write_jsonl
 from zcp.probe import (
@@ -198,6 +204,18 @@ def compare_with_detection(records: list[dict[str, Any]], detection: list[dict[s
         if all(m in a and m in b for a, b in pairs):
             out[f"max_abs_diff_{m}"] = float(max(abs(a[m] - b[m]) for a, b in pairs))
     return out
+
+
+def r0_check(records: list[dict[str, Any]], records_path: Path | None, problem: str | None) -> dict[str, Any]:
+    """`compare_with_detection` against a finished detection's records; skipped (with the reason) otherwise, so
+    this optional check never fails a run whose own results are done."""
+    if problem:
+        return {"units_compared": 0, "skipped": problem}
+    try:
+        detection = list(read_jsonl(records_path, tolerate_partial_last_line=True))  # type: ignore[arg-type]
+    except (DataError, OSError) as e:  # an optional check: a records file it cannot read is reported, not raised
+        return {"units_compared": 0, "skipped": f"{records_path}: {' '.join(str(e).split())}"}
+    return compare_with_detection(records, detection)
 
 
 def truncation_curve(records: list[dict[str, Any]], metrics: Sequence[str], settings: DetectSettings
@@ -434,12 +452,19 @@ class AblationInputs:
     records_path: Path | None
     settings: DetectSettings
     source: dict[str, Any]
+    records_note: str | None = None  # why a run dir has no usable detection records (its detections unfinished)
 
 
-def newest_detection_records(run_dir: Path) -> Path | None:
-    """The newest detect/FT*/records.jsonl of a contamination run dir (None when there is none)."""
-    found = sorted((run_dir / "detect").glob("FT*/records.jsonl"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
+def detection_records_problem(records_path: Path | None, note: str | None = None) -> str | None:
+    """Why `records_path` cannot be used as a detection run's records (None: it can): no such file, or its
+    detection run is not finished (`zcp.detect.detection_unfinished`); `note` when there is no path at all."""
+    from zcp.detect import detection_unfinished
+
+    if records_path is None:
+        return note or "no detection records (set ablation.records or run the detection stage first)"
+    if not records_path.is_file():
+        return f"{records_path}: no such file"
+    return detection_unfinished(records_path.parent)
 
 
 def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
@@ -466,8 +491,14 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     stats = stats or st
     settings = DetectSettings(seeds=det.seeds, bootstrap_samples=stats.bootstrap_samples, alpha=stats.alpha,
                               test=stats.test, reference_draws="per_seed")
-    return AblationInputs(datasets, str(root / "model"), newest_detection_records(root), settings,
-                          {"run_dir": str(root), "reference_seed": ref_seed, "m": det.m, "seeds": list(det.seeds)})
+    from zcp.detect import RECORDS, newest_finished_detection
+
+    found, passed = newest_finished_detection(root)
+    if passed:
+        log.warning("%s%s", "; ".join(passed), f"; using {found}" if found is not None else "")
+    return AblationInputs(datasets, str(root / "model"), found / RECORDS if found is not None else None, settings,
+                          {"run_dir": str(root), "reference_seed": ref_seed, "m": det.m, "seeds": list(det.seeds)},
+                          records_note=passed[0] if found is None and passed else None)
 
 
 def _markdown_all(summary: dict[str, Any]) -> str:
@@ -523,8 +554,10 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
                                                test=st.test, reference_draws=st.reference_draws),
                                 {"data": str(cfg.data.get("path"))})
     records_path = Path(ab.records) if ab.records else inputs.records_path
-    if "sample_size" in which and (records_path is None or not records_path.exists()):
-        raise ConfigError(f"ablation.records={records_path}: no detection records.jsonl for the sample-size study")
+    records_problem = detection_records_problem(records_path, None if ab.records else inputs.records_note)
+    if "sample_size" in which and records_problem:
+        raise ConfigError(f"ablation.records={records_path}: the sample-size study needs a finished detection "
+                          f"run's records: {records_problem}")
     if "full_cot" in which and "truncation" not in which:
         which.append("truncation")  # the full-CoT table reads the truncation records at r = 0 and 1
     ratios = sorted({float(r) for r in ab.ratios} | ({0.0, 1.0} if "full_cot" in which else set()))
@@ -536,6 +569,7 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     out = run_dir(cfg, "ablations", name, extra=weights)
     summary: dict[str, Any] = {"model": model_cfg.get("path"), "ablations": which, "source": inputs.source,
                                "output_dir": str(out)}
+    recs_trunc: list[dict[str, Any]] = []
     with RunLock(out), Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="ablations") as tr:
         save_config(cfg, out)
         metrics = list(ab.metrics)
@@ -551,12 +585,11 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
             t0 = time.time()
             cots = full_cots(backend, units, probe, out / COTS)
             t1 = time.time()
-            recs = truncation_records(backend, units, cots, ratios, probe, out / TRUNC_RECORDS, ab.unit)
+            recs = recs_trunc = truncation_records(backend, units, cots, ratios, probe, out / TRUNC_RECORDS, ab.unit)
             t2 = time.time()
             rows = truncation_curve(recs, metrics, inputs.settings)
-            check = compare_with_detection(recs, list(read_jsonl(records_path))) if records_path and \
-                records_path.exists() else {"units_compared": 0}
-            summary["truncation"] = {"r0_vs_detection": check, "unit": truncation_unit(backend, ab.unit),
+            summary["truncation"] = {"r0_vs_detection": {"units_compared": 0, "pending": True},
+                                     "unit": truncation_unit(backend, ab.unit),
                                      "ratios": ratios, "n_units": len(units), "n_cots": len({it.question for _, it in units}), "cot_seconds": t1 - t0,
                                      "probe_seconds": t2 - t1, "max_draws": ab.max_draws, "rows": rows}
             plot_truncation(rows, out / "truncation.png", f"Truncation curve — {name}")
@@ -566,7 +599,7 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
                 summary["full_cot"] = {"rows": full_cot_table(recs, metrics, inputs.settings)}
                 tr.table("full_cot", summary["full_cot"]["rows"])
         if "sample_size" in which:
-            recs = list(read_jsonl(records_path))
+            recs = list(read_jsonl(records_path, tolerate_partial_last_line=True))  # type: ignore[arg-type]
             det_summary = records_path.parent / "summary.json"
             det_metrics = read_json(det_summary)["metrics"] if det_summary.exists() else ["acc", "p_first", "p_all"]
             s = inputs.settings
@@ -582,8 +615,13 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
             plot_sample_size(rows, out / "sample_size.png", f"C_cont versus N — {name}")
             tr.table("sample_size", rows)
             tr.image("sample_size", str(out / "sample_size.png"))
+        # the ablation's own results are on disk before the optional r = 0 check runs
         write_json(out / "summary.json", summary)
         (out / "ablations.md").write_text(_markdown_all(summary))
+        if "truncation" in summary:
+            summary["truncation"]["r0_vs_detection"] = r0_check(recs_trunc, records_path, records_problem)
+            write_json(out / "summary.json", summary)
+            (out / "ablations.md").write_text(_markdown_all(summary))
         tr.artifact("ablations", "zcp-ablations", [str(out / "summary.json"), str(out / "ablations.md")])
     print((out / "ablations.md").read_text())
     print(f"wrote {out}")

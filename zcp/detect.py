@@ -120,6 +120,56 @@ def _load_existing(path: Path) -> list[dict[str, Any]]:
     return list(unique.values())
 
 
+def detection_unfinished(det_dir: str | Path) -> str | None:
+    """Why `det_dir` is not a finished detection run (one line naming the dir and what is missing), or None.
+
+    Finished: records.jsonl, run_meta.json and summary.json are there and the records hold every unit
+    run_meta.json announces (`n_units`, distinct units). Why: the records of a killed run (cut midway, no
+    summary) look like a smaller benchmark; whoever reads them (the zcp_* baselines, the ablations, the
+    study report) must not mistake them for a finished detection.
+    """
+    d = Path(det_dir)
+    if not d.is_dir():
+        return f"detection run {d}: no such directory"
+    missing = [name for name in (RECORDS, META, SUMMARY) if not (d / name).exists()]
+    if RECORDS in missing or META in missing:
+        return f"detection run {d} is not finished: no {' and no '.join(missing)}"
+    try:
+        n_units = read_json(d / META).get("n_units")
+        keys = {_key(r) for r in read_jsonl(d / RECORDS, tolerate_partial_last_line=True)}
+    except (RunDirError, DataError, KeyError, TypeError, ValueError) as e:
+        return f"detection run {d} is not finished: {' '.join(str(e).split())}"
+    if not isinstance(n_units, int):
+        missing.append(f"{META} announces no n_units")
+    elif len(keys) < n_units:
+        missing.append(f"{RECORDS} holds {len(keys)} of the {n_units} units {META} announces")
+    if missing:
+        return f"detection run {d} is not finished: " + ", ".join(
+            f"no {m}" if m == SUMMARY else m for m in missing)
+    return None
+
+
+def newest_finished_detection(run_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest finished `detect/FT*/` of a contamination run dir, and why each newer one was passed over.
+
+    The one lookup of "the run's detection" (run_baselines' zcp_* detectors, the ablations, the study
+    report). Newest = latest modification of its records.jsonl or summary.json. Returns (None, reasons)
+    when no detection there is finished (reasons empty: there is none at all).
+    """
+    dirs = [p for p in Path(run_dir).glob("detect/FT*") if p.is_dir() and (p / RECORDS).exists()]
+
+    def mtime(p: Path) -> float:
+        return max((p / n).stat().st_mtime for n in (RECORDS, SUMMARY) if (p / n).exists())
+
+    passed: list[str] = []
+    for d in sorted(dirs, key=mtime, reverse=True):
+        reason = detection_unfinished(d)
+        if reason is None:
+            return d, passed
+        passed.append(reason)
+    return None, passed
+
+
 def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Backend, probe: ProbeConfig,
                 policy: str) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
     """Apply the context-overflow policy to the units; returns the units to probe and what was done.
@@ -203,7 +253,10 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     elif (out / RECORDS).exists():
         raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
     else:
-        write_json(meta_path, {"fingerprint": fp, "n_units": len(units)})
+        # the backend's fingerprint (weights' content, rendering options) tells a later reader (the zcp_*
+        # baselines) which model these records are of
+        write_json(meta_path, {"fingerprint": fp, "n_units": len(units),
+                               "backend_fingerprint": str(getattr(backend, "fingerprint", "") or "")})
     if on_ready is not None:
         on_ready()
     path = out / RECORDS

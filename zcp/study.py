@@ -42,13 +42,20 @@ def _label(name: str, fallback: str | None = None) -> str:
 
 
 def newest_detection_dir(run_dir: str | Path) -> Path:
-    """The newest detect/FT*/ of a contamination run dir holding summary.json and records.jsonl."""
-    found = [p.parent for p in Path(run_dir).glob("detect/FT*/summary.json") if (p.parent / "records.jsonl").exists()]
-    if not found:
+    """The newest finished detect/FT*/ of a contamination run dir (`zcp.detect.newest_finished_detection`, the
+    lookup the baselines and ablations use too); ConfigError naming what is missing when none is finished."""
+    from zcp.detect import newest_finished_detection
+
+    found, passed = newest_finished_detection(run_dir)
+    if found is None:
         from zcp.config import ConfigError
 
+        if passed:
+            raise ConfigError(f"{run_dir}: no finished detect/FT*/ ({passed[0]})")
         raise ConfigError(f"{run_dir}: no detect/FT*/summary.json with records.jsonl (run its detection stage first)")
-    return max(found, key=lambda p: (p / "summary.json").stat().st_mtime)
+    if passed:
+        log.warning("%s; using %s", "; ".join(passed), found)
+    return found
 
 
 def zcp_rows(det_dir: str | Path, metrics: list[str]) -> list[dict[str, Any]]:
