@@ -22,7 +22,7 @@ import numpy as np
 from zcp.backends.base import Backend
 from zcp.data.schema import DataError, Item
 from zcp.io import RunDirError, RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
-from zcp.probe import ProbeConfig, metric_value, positions_needed, probe_items
+from zcp.probe import ProbeConfig, metric_value, position_parts, probe_items, prompt_rendering
 from zcp.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,11 @@ TABLE = "table.md"
 PLOT = "c_cont.png"
 META = "run_meta.json"
 UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
+# Above this zero-CoT (or, for con, full-CoT) malformed rate of a split's rows, acc/con are flagged as void:
+# a malformed answer scores as wrong on every version of an item, so once most answers are malformed most
+# (original, reference) pairs are (0, 0) by construction, the test has almost no power, and "no evidence"
+# describes the answer format, not the model's exposure. Half is where that becomes the majority.
+MALFORMED_WARN_RATE = 0.5
 
 
 @dataclass
@@ -45,6 +50,13 @@ class DetectDataset:
     originals: list[Item]
     reference: dict[str, list[Item]]
     variants: dict[str, dict[str, list[Item]]] = field(default_factory=dict)
+    # ids of items selected from the data but left out for lack of a reference row (data.missing_reference=skip)
+    without_reference: list[str] = field(default_factory=list)
+
+    @property
+    def n_selected(self) -> int:
+        """Items selected from the data (data.limit / data.sample) before any was left out."""
+        return len(self.originals) + len(self.without_reference)
 
     def work(self) -> list[tuple[tuple[str, str, str, int], Item]]:
         """All (key, item) units to probe; key = (split, variant, original_id, draw)."""
@@ -75,6 +87,7 @@ class DetectSettings:
     chunk_size: int = 64
     progress: bool = True
     on_overflow: str = "error"  # a prompt longer than the model's context: error | skip | truncate
+    overflow_key: str = "data.on_overflow"  # the config key messages name for on_overflow (the caller's own)
 
     def __post_init__(self) -> None:
         # the same checks as the typed config groups (zcp.schemas), for callers that build settings directly
@@ -170,29 +183,146 @@ def newest_finished_detection(run_dir: str | Path) -> tuple[Path | None, list[st
     return None, passed
 
 
+def _spent(part: dict[str, Any]) -> str:
+    """What one probe's positions are spent on, as a message says it (from `zcp.probe.position_parts`)."""
+    if part["needed_by"] == "full-CoT":
+        return (f"{part['full_cot_prompt']} full-CoT prompt tokens + probe.full_cot_max_tokens="
+                f"{part['full_cot_budget']} (the full-CoT generation con compares against)")
+    tail = part["zero_cot_tail_key"] or "nothing"
+    tail = f"{part['zero_cot_tail']} {tail} tokens" if tail == "the scored answer" else tail
+    return f"{part['zero_cot_prompt']} zero-CoT prompt tokens + {tail}"
+
+
+def _overflow_advice(parts: list[dict[str, Any]], over: list[int], limit: int, key: str | None) -> str:
+    """The keys that lower what the overflowing probes need, with the values that would fit every prompt;
+    with `key` (the overflow policy's config key) also its skip and truncate values."""
+    advice = []
+    if any(parts[k]["needed_by"] == "full-CoT" for k in over):
+        room = limit - max(p["full_cot_prompt"] for p in parts)
+        advice.append(f"probe.full_cot_max_tokens={room} or less" if room > 0 else
+                      "a shorter full-CoT prompt (the longest alone fills the context)")
+        advice.append("probe.metrics without con (no full-CoT generation)")
+    zero_over = [k for k in over if parts[k]["zero_cot_prompt"] + parts[k]["zero_cot_tail"] > limit]
+    if any(parts[k]["zero_cot_tail_key"].startswith("probe.zero_cot_max_tokens") for k in zero_over):
+        room = limit - max(p["zero_cot_prompt"] for p in parts)
+        if room > 0:
+            advice.append(f"probe.zero_cot_max_tokens={room} or less")
+    if key:
+        advice.append(f"{key}=skip (leave them out) or {key}=truncate (cut the start of every version of an item's "
+                      "question by the same number of characters)")
+    return "set " + ", or ".join(advice)
+
+
+def _cut(it: Item, chars: int) -> Item:
+    """The item with the first `chars` characters of its question replaced by "…" (chars = 0: unchanged)."""
+    if not chars:
+        return it
+    return Item(it.id, "…" + it.question[chars:], it.answer, it.solution, {**it.metadata, "truncated_chars": chars})
+
+
+def _truncate_fairly(units: list[tuple[tuple[str, str, str, int], Item]], over: list[int], backend: Backend,
+                     probe: ProbeConfig, limit: int, report: list[dict[str, Any]], key: str,
+                     parts: list[dict[str, Any]]) -> list[tuple[tuple[str, str, str, int], Item]]:
+    """Cut every version of an item that has an overflowing version by one common number of leading characters.
+
+    Rule: all versions of one original item (the original, its reference rows, its variants) lose the same
+    number c of leading characters of their question ("…" marks the cut), c being the smallest that makes
+    every one of them fit: the largest of the cuts the versions need on their own, raised until all fit.
+    Versions that fitted uncut are cut too. Cutting each version only as much as it needs would remove more
+    context from the longer versions than from the shorter (on GSM8K up to 361 characters between an
+    original and its references at 128 positions): a difference between the versions that the test would
+    read as a difference in the model's knowledge. An item is refused (DataError) when c would remove the
+    whole question of one of its versions, or when a version needs more positions than the model has even
+    with its whole question cut (the budgets alone fill the context); `parts` (`position_parts` of the
+    units) give the message's advice.
+    """
+    def need(it: Item) -> dict[str, Any]:
+        (part,) = position_parts(backend, [it], probe) or [{"needed": 0, "needed_by": "zero-CoT"}]
+        return part
+
+    def fits(it: Item, chars: int) -> bool:
+        return need(_cut(it, chars))["needed"] <= limit
+
+    def min_cut(it: Item, lo: int) -> int:
+        """The smallest cut above `lo` that fits (binary search; the fit is checked again by the caller)."""
+        hi = len(it.question)
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if fits(it, mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for k, (unit_key, _) in enumerate(units):
+        groups[(unit_key[0], unit_key[2])].append(k)
+    over_set = set(over)
+    for k in over:  # the budgets alone may fill the context: no cut of the question can help
+        unit_key, it = units[k]
+        bare = need(_cut(it, len(it.question)))
+        if bare["needed"] > limit:
+            raise DataError(f"{key}=truncate cannot fit item {unit_key[2]} ({unit_key[1]}): even with its whole "
+                            f"question cut the probe needs {bare['needed']} positions of the model's {limit} "
+                            f"({_spent(bare)}); {_overflow_advice(parts, over, limit, None)}")
+    out = list(units)
+    extra: list[dict[str, Any]] = []
+    by_unit = {k: r for k, r in zip(over, report, strict=True)}
+    for (split, oid), members in groups.items():
+        if not over_set.intersection(members):
+            continue
+        chars = 0
+        while True:
+            bad = [k for k in members if not fits(units[k][1], chars)]
+            if not bad:
+                break
+            chars = max(min_cut(units[k][1], chars) for k in bad)
+            short = [k for k in members if chars >= len(units[k][1].question)]
+            if short:
+                k = short[0]
+                raise DataError(f"{key}=truncate cannot fit item {oid} fairly: its versions need their first {chars} "
+                                f"characters cut, the whole question of its {units[k][0][1]} row "
+                                f"{units[k][1].id!r}; lower probe.*_max_tokens or set {key}=skip")
+        for k in members:
+            unit_key, it = units[k]
+            out[k] = (unit_key, _cut(it, chars))
+            if k in by_unit:
+                by_unit[k]["action"] = f"truncated {chars} characters"
+            else:
+                extra.append({"split": split, "variant": unit_key[1], "original_id": oid, "draw": unit_key[3],
+                              "positions_needed": need(it)["needed"], "context_length": limit,
+                              "action": f"truncated {chars} characters (as the other versions of its item)"})
+    report.extend(extra)
+    return out
+
+
 def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Backend, probe: ProbeConfig,
-                policy: str) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
+                policy: str, key: str = "data.on_overflow"
+                ) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
     """Apply the context-overflow policy to the units; returns the units to probe and what was done.
 
-    A unit overflows when its probe needs more positions than the model has (`probe.positions_needed`).
-    error: refuse, counting them, before anything is probed; skip: leave out the overflowing rows, and the
-    whole item when its original overflows; truncate: cut the start of the question ("…" marks the cut)
-    until the probe fits, recorded per unit.
+    A unit overflows when its probe needs more positions than the model has (`probe.position_parts`: the
+    prompt's tokens plus the zero-CoT budget or scored answer, and with con the full-CoT prompt plus
+    probe.full_cot_max_tokens). error: refuse before anything is probed, saying what the positions are
+    spent on and which keys lower it (`key` is the caller's name for the policy); skip: leave out the
+    overflowing rows, and the whole item when its original overflows; truncate: cut the start of the
+    question of every version of the item by the same number of characters (`_truncate_fairly`), recorded
+    per unit.
     """
     limit = getattr(backend, "context_length", None)
-    need = positions_needed(backend, [it for _, it in units], probe) if limit else None
-    if not need:
+    parts = position_parts(backend, [it for _, it in units], probe) if limit else None
+    if not parts:
         return units, []
-    over = [k for k, n in enumerate(need) if n > limit]
+    over = [k for k, p in enumerate(parts) if p["needed"] > limit]
     if not over:
         return units, []
     report = [{"split": units[k][0][0], "variant": units[k][0][1], "original_id": units[k][0][2],
-               "draw": units[k][0][3], "positions_needed": need[k], "context_length": limit} for k in over]
+               "draw": units[k][0][3], "positions_needed": parts[k]["needed"], "context_length": limit} for k in over]
     if policy == "error":
-        first = report[0]
-        raise DataError(f"{len(over)} of {len(units)} probe prompts need more positions than the model's "
-                        f"{limit} (e.g. item {first['original_id']} ({first['variant']}) needs "
-                        f"{first['positions_needed']}); set data.on_overflow=skip or truncate", field="on_overflow")
+        first = over[0]
+        raise DataError(f"{len(over)} of {len(units)} probe prompts need more positions than the model's {limit} "
+                        f"(e.g. item {units[first][0][2]} ({units[first][0][1]}) needs {parts[first]['needed']}: "
+                        f"{_spent(parts[first])}); {_overflow_advice(parts, over, limit, key)}")
     if policy == "skip":
         dropped_items = {(units[k][0][0], units[k][0][2]) for k in over if units[k][0][1] == ORIGINAL}
         bad = set(over)
@@ -200,43 +330,72 @@ def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Ba
         for r in report:
             r["action"] = "skipped item" if (r["split"], r["original_id"]) in dropped_items else "skipped row"
         return kept, report
-    out = list(units)
-    for k, r in zip(over, report, strict=True):
-        key, it = units[k]
-        q, cut = it.question, 0
-        for _ in range(24):
-            (n,) = positions_needed(backend, [Item(it.id, q, it.answer, it.solution, it.metadata)], probe) or [0]
-            if n <= limit:
-                break
-            excess = n - limit
-            cut += max(1, int(excess * len(q) / max(1, n) * 1.5))
-            q = "…" + it.question[cut:]
-            if cut >= len(it.question):
-                raise DataError(f"item {key[2]} ({key[1]}): the probe needs {n} positions even with its question "
-                                f"cut away (the model has {limit}); lower probe.*_max_tokens", field="on_overflow")
-        else:
-            raise DataError(f"item {key[2]} ({key[1]}): could not truncate the question to fit {limit} positions",
-                            field="on_overflow")
-        out[k] = (key, Item(it.id, q, it.answer, it.solution, {**it.metadata, "truncated_chars": cut}))
-        r["action"] = f"truncated {cut} characters"
-    return out, report
+    return _truncate_fairly(units, over, backend, probe, limit, report, key, parts), report
 
 
-def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
-                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
-                    overflow: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
-
-    `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
-    run_detect writes config.yaml there, so a refused run never overwrites another run's config.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def plan_units(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, settings: DetectSettings
+               ) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
+    """Every unit the datasets ask for, fitted to the model's context (`fit_context`); writes nothing."""
     units = [u for ds in datasets for u in ds.work()]
     keys = [k for k, _ in units]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate (split, variant, original_id, draw) units: split names must be unique")
-    units, report = fit_context(units, backend, probe, settings.on_overflow)
+    return fit_context(units, backend, probe, settings.on_overflow, settings.overflow_key)
+
+
+def coverage(datasets: Sequence[DetectDataset], units: Sequence[tuple[tuple[str, str, str, int], Item]]
+             ) -> list[dict[str, Any]]:
+    """Per dataset: items selected, items left out and why, and `n_tested` (the items the test compares).
+
+    An item is tested when its original and at least one reference row are probed; it is left out when
+    the data has no reference row for it (data.missing_reference=skip), when its original is too long for
+    the model's context (on_overflow=skip), or when every one of its reference rows is.
+    """
+    probed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for (split, variant, oid, _), _ in units:
+        probed[(split, oid)].add(variant)
+    out = []
+    for ds in datasets:
+        too_long = sum(ORIGINAL not in probed[(ds.split, it.id)] for it in ds.originals)
+        refs_too_long = sum(ORIGINAL in probed[(ds.split, it.id)] and REFERENCE not in probed[(ds.split, it.id)]
+                            for it in ds.originals)
+        n_tested = len(ds.originals) - too_long - refs_too_long
+        left = {"without a reference row": len(ds.without_reference),
+                "too long for the model's context": too_long,
+                "with every reference row too long for the model's context": refs_too_long}
+        out.append({"split": ds.split, "n_selected": ds.n_selected, "n_tested": n_tested,
+                    "left_out": {k: v for k, v in left.items() if v}})
+    return out
+
+
+def check_testable(cover: Sequence[dict[str, Any]], settings: DetectSettings) -> None:
+    """Refuse (one line) a run that would leave a dataset with no item to test: an empty report is no result."""
+    for c in cover:
+        if c["n_tested"] == 0:
+            why = ", ".join(f"{n} {reason}" for reason, n in c["left_out"].items()) or "none selected"
+            fix = (f"lower the probe's budgets (probe.full_cot_max_tokens, probe.zero_cot_max_tokens) or set "
+                   f"{settings.overflow_key}=truncate" if any("too long" in r for r in c["left_out"])
+                   else "give a reference set that covers the items")
+            raise DataError(f"nothing left to test in {c['split']}: of {c['n_selected']} item(s) selected, {why}, "
+                            f"all left out; {fix}")
+
+
+def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
+                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
+                    overflow: list[dict[str, Any]] | None = None,
+                    planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]] | None = None,
+                    rendering: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
+
+    `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
+    run_detect writes config.yaml there, so a refused run never overwrites another run's config.
+    `planned` is `plan_units`' result when the caller planned before writing anything (detect does);
+    `rendering` (`zcp.probe.prompt_rendering`) is stored in run_meta.json, and a directory whose records
+    were rendered otherwise (e.g. model.chat changed under the same output_dir) is refused.
+    """
+    out = Path(out_dir)
+    units, report = planned if planned is not None else plan_units(backend, datasets, probe, settings)
+    out.mkdir(parents=True, exist_ok=True)
     keys = [k for k, _ in units]
     if overflow is not None:
         overflow.extend(report)
@@ -250,13 +409,19 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         if meta.get("fingerprint") != fp:
             raise RunDirError(f"{out} holds records of another run (model, probe settings or items differ); "
                               "use a new output_dir")
+        how = {k: v for k, v in (rendering or {}).items() if k != "example_zero_cot"}
+        if meta.get("rendering") and how and meta["rendering"] != how:
+            raise RunDirError(f"{out} holds records of prompts rendered otherwise ({meta['rendering']}; this run: "
+                              f"{how}); use a new output_dir")
     elif (out / RECORDS).exists():
         raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
     else:
         # the backend's fingerprint (weights' content, rendering options) tells a later reader (the zcp_*
         # baselines) which model these records are of
         write_json(meta_path, {"fingerprint": fp, "n_units": len(units),
-                               "backend_fingerprint": str(getattr(backend, "fingerprint", "") or "")})
+                               "backend_fingerprint": str(getattr(backend, "fingerprint", "") or ""),
+                               **({"rendering": {k: v for k, v in rendering.items() if k != "example_zero_cot"}}
+                                  if rendering else {})})
     if on_ready is not None:
         on_ready()
     path = out / RECORDS
@@ -423,22 +588,84 @@ def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConf
            title: str | None = None, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Probe, test and report; writes records.jsonl, summary.json, table.md and c_cont.png to out_dir.
 
-    The run directory is locked for the duration (a second run on it refuses at once).
+    Before anything is written (the directory included) the units are fitted to the model's context
+    (`plan_units`) and a dataset left with no item to test is refused (`check_testable`): an empty report
+    is no result. The run directory is then locked for the duration (a second run on it refuses at once).
+    summary.json and table.md say how the prompts were rendered (`rendering`), which items were left out and
+    why (`datasets[].left_out`, the "n = 26 of 40 items" line), and flag acc/con as void where most answers
+    are malformed (`malformed_warnings`, above MALFORMED_WARN_RATE).
     """
 
     settings = settings or DetectSettings()
     out = Path(out_dir)
+    planned = plan_units(backend, datasets, probe, settings)
+    cover = coverage(datasets, planned[0])
+    check_testable(cover, settings)
+    example = next((ds.originals[0] for ds in datasets if ds.originals), None)
+    rendering = prompt_rendering(backend, probe, example)
+    _log_plan(cover, planned[1], rendering, settings)
     with RunLock(out):
-        return _detect_locked(backend, datasets, probe, out, settings, tracker, extra, title, on_ready)
+        return _detect_locked(backend, datasets, probe, out, settings, tracker, extra, title, on_ready,
+                              planned, cover, rendering)
+
+
+def _log_plan(cover: Sequence[dict[str, Any]], overflow: Sequence[dict[str, Any]], rendering: dict[str, Any],
+              settings: DetectSettings) -> None:
+    """WARNING lines for what a run leaves out or changes, and how its prompts are rendered."""
+    from zcp.probe import describe_rendering
+    from zcp.report import coverage_text, overflow_text
+
+    (log.warning if rendering.get("kind") == "plain_template" else log.info)("prompts: %s",
+                                                                            describe_rendering(rendering))
+    for c in cover:  # items without a reference row were announced by load_datasets already
+        if set(c["left_out"]) - {"without a reference row"}:
+            log.warning("%s (listed in summary.json)", coverage_text(c))
+    if overflow:
+        log.warning("%s (listed in summary.json)", overflow_text(overflow, settings.on_overflow, settings.overflow_key))
+
+
+def malformed_warnings(malformed: Sequence[dict[str, Any]], metrics: Sequence[str],
+                       threshold: float = MALFORMED_WARN_RATE) -> list[dict[str, Any]]:
+    """Rows of `analyse`'s malformed table whose malformed rate voids acc/con, with the metrics it voids.
+
+    A zero-CoT malformed rate above `threshold` voids acc and con (both score a malformed zero-CoT answer as
+    wrong / inconsistent on every version); a full-CoT malformed rate above it voids con. p_first/p_all
+    score the gold answer's tokens and are unaffected. The rows are also marked (`voids`).
+    """
+    out = []
+    for row in malformed:
+        voids = []
+        if row.get("zero_cot_malformed_rate", 0.0) > threshold:
+            voids += [m for m in ("acc", "con") if m in metrics]
+        if row.get("full_cot_malformed_rate", 0.0) > threshold and "con" in metrics and "con" not in voids:
+            voids.append("con")
+        if not voids:
+            continue
+        row["voids"] = voids
+        rates = [f"{row[k]:.0%} of {what} answers" for k, what in (("zero_cot_malformed_rate", "zero-CoT"),
+                                                                      ("full_cot_malformed_rate", "full-CoT"))
+                 if row.get(k, 0.0) > threshold]
+        out.append({"split": row["split"], "variant": row["variant"], "voids": voids, "threshold": threshold,
+                    "warning": f"{row['split']}/{row['variant']}: {' and '.join(rates)} are malformed (more than "
+                               f"{threshold:.0%}): {' and '.join(voids)} mean nothing here (a malformed answer "
+                               "scores as wrong on every version of an item); check probe.zero_cot_prefix and "
+                               "the prompt rendering"})
+    return out
 
 
 def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: Path,
                    settings: DetectSettings, tracker: Any, extra: dict[str, Any] | None, title: str | None,
-                   on_ready: Callable[[], Any] | None) -> dict[str, Any]:
+                   on_ready: Callable[[], Any] | None,
+                   planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]],
+                   cover: list[dict[str, Any]], rendering: dict[str, Any]) -> dict[str, Any]:
     from zcp.report import results_rows, write_reports
 
     overflow: list[dict[str, Any]] = []
-    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow)
+    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering)
+    analysed = analyse(records, probe.metrics, settings)
+    flags = malformed_warnings(analysed["malformed"], probe.metrics)
+    for f in flags:
+        log.warning("%s", f["warning"])
     summary: dict[str, Any] = {
         "model": getattr(backend, "name", None),
         "metrics": list(probe.metrics),
@@ -448,12 +675,16 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
         "alpha": settings.alpha,
         "reference_draws": settings.reference_draws,
         "on_overflow": settings.on_overflow,
+        "overflow_key": settings.overflow_key,
         "overflow": overflow,
+        "rendering": rendering,
         "datasets": [{"split": ds.split, "n_items": len(ds.originals),
                       "n_reference_rows": sum(len(v) for v in ds.reference.values()),
-                      "variants": {k: sum(len(x) for x in v.values()) for k, v in ds.variants.items()}}
-                     for ds in datasets],
-        **analyse(records, probe.metrics, settings),
+                      "variants": {k: sum(len(x) for x in v.values()) for k, v in ds.variants.items()},
+                      **{k: c[k] for k in ("n_selected", "n_tested", "left_out")}}
+                     for ds, c in zip(datasets, cover, strict=True)],
+        **analysed,
+        "malformed_warnings": flags,
         **(extra or {}),
     }
     write_json(out / SUMMARY, summary)
@@ -506,7 +737,8 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     ref_format = d.get("reference_format") or "items"
     reference = load_paired(d["reference_path"], bench, ref_format, fields=own_fields("reference_fields", ref_format),
                             variant=d.get("reference_variant"), pair_by=d.get("pair_by"),
-                            require_all=on_missing == "error", warnings=issues)
+                            require_all=on_missing == "error", warnings=issues,
+                            missing_key="data.missing_reference")
     var_format = d.get("variant_format") or fmt
     variants = {}
     for name, path in (d.get("variant_paths") or {}).items():
@@ -536,11 +768,20 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     else:
         groups = {d.get("name") or Path(str(d["path"])).stem: items}
     out = []
-    for split, sub in groups.items():
-        sub = [it for it in sub if it.id in reference]
+    for split, selected in groups.items():
+        sub = [it for it in selected if it.id in reference]
         ids = {it.id for it in sub}
         out.append(DetectDataset(split, sub, {k: v for k, v in reference.items() if k in ids},
-                                 {n: {k: v for k, v in vv.items() if k in ids} for n, vv in variants.items()}))
+                                 {n: {k: v for k, v in vv.items() if k in ids} for n, vv in variants.items()},
+                                 without_reference=[it.id for it in selected if it.id not in reference]))
+        if not sub:  # before any model loads: a run with nothing to test is no result
+            raise DataError(f"nothing left to test in {split}: none of its {len(selected)} selected item(s) has a "
+                            "reference row (data.missing_reference=skip left them all out); give a reference set "
+                            "that covers the items", path=str(resolve_path(d["reference_path"])))
+        if out[-1].without_reference:
+            log.warning("%s: %d of %d selected item(s) have no reference row and are left out "
+                        "(data.missing_reference=skip); n = %d", split, len(out[-1].without_reference),
+                        len(selected), len(sub))
     return out, issues
 
 

@@ -14,6 +14,7 @@ An answer that cannot be extracted or parsed is malformed: counted, and scored a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Sequence
@@ -121,26 +122,82 @@ def full_cot_prompt(question: str, cfg: ProbeConfig) -> Prompt:
     return Prompt(user=cfg.user_template.format(question=question) + cfg.full_cot_suffix, system=cfg.system)
 
 
-def positions_needed(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[int] | None:
-    """Positions each item's probe needs: zero-CoT prompt + max(scored tokens, generation budget), and the
-    full-CoT prompt + its budget when `con` runs; the scored tokens are the answer and its end
-    (`scored_continuation`). None when the backend cannot count tokens."""
+def prompt_rendering(backend: Backend, cfg: ProbeConfig, example: Item | None = None) -> dict[str, Any]:
+    """How this run's prompts reach the model, for summary.json and run_meta.json (and printed by detection).
+
+    The backend's own account (`TokenizedBackend.rendering`: the tokenizer's chat template and its hash, or
+    the plain template and why; "server" for a chat API), else kind "unrecorded"; plus `probe_mode`
+    (`prefill`: the assistant turn pre-filled with the zero-CoT prefix, or `api`: the instruction appended)
+    and, given an item, `example_zero_cot`: its zero-CoT prompt exactly as the model sees it.
+    """
+    how = getattr(backend, "rendering", None)
+    info: dict[str, Any] = dict(how()) if callable(how) else {
+        "kind": "unrecorded", "reason": f"backend {getattr(backend, 'name', '?')} does not say how it renders prompts"}
+    prefill = _prefill(cfg, backend)
+    info["probe_mode"] = "prefill" if prefill else "api"
+    render = getattr(backend, "render", None)
+    if example is not None and callable(render):
+        with contextlib.suppress(ValueError):  # a chat API that cannot take it says so when probing, not here
+            info["example_zero_cot"] = render(zero_cot_prompt(example.question, cfg, prefill))
+    return info
+
+
+def describe_rendering(info: dict[str, Any]) -> str:
+    """One line saying how prompts were rendered (from `prompt_rendering`)."""
+    kind = info.get("kind")
+    if kind == "chat_template":
+        kw = info.get("chat_template_kwargs") or {}
+        how = f"the tokenizer's chat template (sha256 {info.get('template_sha256')}" + (f", {kw})" if kw else ")")
+    elif kind == "plain_template":
+        how = f"the plain template {info.get('template')!r} ({info.get('reason')})"
+    elif kind == "server":
+        how = f"the server's chat template (endpoint {info.get('endpoint')})"
+    else:
+        how = f"unrecorded ({info.get('reason')})"
+    mode = ("the assistant turn pre-filled with probe.zero_cot_prefix" if info.get("probe_mode") == "prefill"
+            else "probe.api_instruction appended to the user turn")
+    return f"{how}; zero-CoT: {mode}"
+
+
+def position_parts(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[dict[str, Any]] | None:
+    """What each item's probe spends the model's positions on; None when the backend cannot count tokens.
+
+    Per item: `zero_cot_prompt` (tokens of the rendered zero-CoT prompt), `zero_cot_tail` and `zero_cot_tail_key`
+    (what follows it: the larger of the scored answer and its end, `scored_continuation`, when p_first/p_all
+    run, and the generation budget `probe.zero_cot_max_tokens` when acc/con run), and, when `con` runs,
+    `full_cot_prompt` (tokens of the full-CoT prompt) and `full_cot_budget` (`probe.full_cot_max_tokens`).
+    `needed` is the larger of the two probes' totals; `needed_by` says which one ("zero-CoT" or "full-CoT").
+    """
     count = getattr(backend, "count_tokens", None)
     if count is None or not items:
         return None if count is None else []
     prefill = _prefill(cfg, backend)
     z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items],
                    [scored_continuation(it.answer, cfg) for it in items])
-    need = []
+    full = count([full_cot_prompt(it.question, cfg) for it in items])[0] if "con" in cfg.metrics else None
+    parts = []
     for k in range(len(items)):
-        tail = ans[k] if {"p_first", "p_all"} & set(cfg.metrics) else 0
-        if {"acc", "con"} & set(cfg.metrics):
-            tail = max(tail, cfg.zero_cot_max_tokens)
-        need.append(z[k] + tail)
-    if "con" in cfg.metrics:
-        full, _ = count([full_cot_prompt(it.question, cfg) for it in items])
-        need = [max(n, f + cfg.full_cot_max_tokens) for n, f in zip(need, full, strict=True)]
-    return need
+        tail, key = 0, ""
+        if {"p_first", "p_all"} & set(cfg.metrics):
+            tail, key = ans[k], "the scored answer"
+        if {"acc", "con"} & set(cfg.metrics) and cfg.zero_cot_max_tokens >= tail:
+            tail, key = cfg.zero_cot_max_tokens, f"probe.zero_cot_max_tokens={cfg.zero_cot_max_tokens}"
+        part: dict[str, Any] = {"zero_cot_prompt": z[k], "zero_cot_tail": tail, "zero_cot_tail_key": key,
+                                "needed": z[k] + tail, "needed_by": "zero-CoT"}
+        if full is not None:
+            part.update(full_cot_prompt=full[k], full_cot_budget=cfg.full_cot_max_tokens)
+            if full[k] + cfg.full_cot_max_tokens > part["needed"]:
+                part.update(needed=full[k] + cfg.full_cot_max_tokens, needed_by="full-CoT")
+        parts.append(part)
+    return parts
+
+
+def positions_needed(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[int] | None:
+    """Positions each item's probe needs: zero-CoT prompt + max(scored tokens, generation budget), and the
+    full-CoT prompt + its budget when `con` runs; the scored tokens are the answer and its end
+    (`scored_continuation`). None when the backend cannot count tokens. (`position_parts` gives the parts.)"""
+    parts = position_parts(backend, items, cfg)
+    return None if parts is None else [p["needed"] for p in parts]
 
 
 def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[dict[str, Any]]:

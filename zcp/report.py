@@ -25,8 +25,35 @@ def _c(res: dict[str, Any], multi: bool) -> str:
     return c_cont_text(res["c_cont"], res.get("c_cont_std", 0.0), multi)
 
 
+def coverage_text(c: dict[str, Any]) -> str:
+    """One dataset's coverage as the table states it: "gsm8k: n = 26 of 40 items: 14 without a reference row,
+    left out" (`c` is an entry of summary.json's `datasets`: n_tested, n_selected, left_out)."""
+    text = f"{c['split']}: n = {c['n_tested']} of {c['n_selected']} items"
+    if c.get("left_out"):
+        text += ": " + ", ".join(f"{n} {why}" for why, n in c["left_out"].items()) + ", left out"
+    return text
+
+
+def overflow_text(overflow: Sequence[dict[str, Any]], policy: str, key: str = "data.on_overflow") -> str:
+    """What the context-overflow policy did, in one line (summary.json's `overflow` lists every unit)."""
+    items = {(o["split"], o["original_id"]) for o in overflow}
+    cuts = [int(o["action"].split()[1]) for o in overflow if str(o.get("action", "")).startswith("truncated")]
+    if cuts:
+        return (f"{key}={policy}: {len(overflow)} probe prompts of {len(items)} items truncated, every version of "
+                f"an item by the same number of leading characters (up to {max(cuts)})")
+    rows = sum(o.get("action") == "skipped row" for o in overflow)
+    whole = len({(o["split"], o["original_id"]) for o in overflow if o.get("action") == "skipped item"})
+    return (f"{key}={policy}: {len(overflow)} probe prompts too long for the model's context: {whole} items left "
+            f"out whole, {rows} further rows left out")
+
+
 def format_table(summary: dict[str, Any], title: str | None = None) -> str:
-    """Markdown table: one row per (split, variant); S_ref, S and C_cont per metric; then verdicts."""
+    """Markdown table: one row per (split, variant); S_ref, S and C_cont per metric; then verdicts.
+
+    Below it: the items left out per dataset ("n = 26 of 40 items: 14 without a reference row, left out"),
+    what the context-overflow policy did, warnings that void a metric (malformed answers), how the prompts
+    were rendered, and the malformed-rate table.
+    """
     results = summary["results"]
     metrics: list[str] = []
     for r in results:
@@ -68,6 +95,18 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
             + "); each C_cont is that of one test over all reference draws. " if multi else "")
     lines += ["", note + f"Tests: {', '.join(sorted({r['test'] for r in results}))}; combined: Bonferroni over the "
               f"metrics, alpha = {summary.get('alpha', 0.05)}. `>x`: Monte Carlo p at its floor 1/(B+1)."]
+    left = [coverage_text(c) for c in summary.get("datasets", []) if c.get("left_out")]
+    if left:
+        lines += ["", "Items left out (listed in summary.json): " + "; ".join(left) + "."]
+    if summary.get("overflow"):
+        lines += ["", "Context overflow: " + overflow_text(summary["overflow"], summary.get("on_overflow", "?"),
+                                                           summary.get("overflow_key", "data.on_overflow")) + "."]
+    for w in summary.get("malformed_warnings") or []:
+        lines += ["", f"**Warning**: {w['warning']}."]
+    if summary.get("rendering"):
+        from zcp.probe import describe_rendering
+
+        lines += ["", f"Prompts: {describe_rendering(summary['rendering'])}."]
     mal = summary.get("malformed") or []
     if mal:
         lines += ["", "| Dataset | Variant | rows | zero-CoT malformed | full-CoT malformed | full-CoT acc |", "|---|---|---|---|---|---|"]

@@ -111,6 +111,13 @@ class OpenAIBackend(TokenizedBackend):
         """`model.max_length` when a local tokenizer can count tokens, else None (no overflow check)."""
         return self.max_length if self.tokenizer is not None else None
 
+    def rendering(self) -> dict[str, Any]:
+        """How prompts become text: the server's chat template (endpoint chat), else the local tokenizer's."""
+        if self.endpoint == "chat" or self.tokenizer is None:
+            return {"kind": "server", "endpoint": self.endpoint,
+                    "chat_template_kwargs": dict(self.chat_template_kwargs)}
+        return super().rendering()
+
     def render(self, prompt: Prompt) -> str:
         """The rendered prompt (local chat template) or, without a local tokenizer, the messages as JSON."""
         if self.tokenizer is not None:

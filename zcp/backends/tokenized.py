@@ -107,6 +107,23 @@ class TokenizedBackend:
         user = f"{prompt.system}\n\n{prompt.user}" if prompt.system else prompt.user
         return self.plain_template.format(user=user, prefix=prompt.assistant_prefix)
 
+    def rendering(self) -> dict[str, Any]:
+        """How `render` turns a chat prompt into text, for run records (summary.json, run_meta.json).
+
+        `kind` is "chat_template" (the tokenizer's chat template, identified by `template_sha256`, rendered
+        with `chat_template_kwargs`) or "plain_template" (`template`, with `reason`: the tokenizer has no
+        chat template, or model.chat=false). Raw prompts (`Prompt.chat=False`) are always user + prefix.
+        """
+        import hashlib
+
+        template = getattr(self.tokenizer, "chat_template", None)
+        if self.chat and template:
+            text = template if isinstance(template, str) else repr(template)
+            return {"kind": "chat_template", "template_sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+                    "chat_template_kwargs": dict(self.chat_template_kwargs)}
+        reason = "model.chat=false" if not self.chat else "the tokenizer has no chat template"
+        return {"kind": "plain_template", "template": self.plain_template, "reason": reason}
+
     def _special_tokens_for(self, prompt: Prompt) -> bool:
         # A rendered chat template already carries BOS etc. as text; raw/plain prompts get the
         # tokenizer's own special tokens (e.g. BOS for Llama-style base models).

@@ -783,13 +783,14 @@ def resolve_pair_by(rows: Sequence[_Row], path: str, pair_by: str | None = None)
 
 def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by: str | None = None,
               require_all: bool = True, what: str = "reference",
-              warnings: list[dict[str, Any]] | None = None) -> dict[str, list[Item]]:
+              warnings: list[dict[str, Any]] | None = None, missing_key: str | None = None) -> dict[str, list[Item]]:
     """Group reference/variant rows under the id of the original they name by `pair_by` (module docstring).
 
     Several rows per original are allowed (m perturbations / k paraphrases), kept in file order. Rows of
     originals not selected are dropped; a row naming an original the data file does not hold fails, as
     does a row whose original text differs from the paired item's question. Selected originals without
-    any row fail when `require_all` (listing the missing ids). Rows repeating their original's question
+    any row fail when `require_all` (listing the missing ids; `missing_key` names the config key whose value
+    `skip` leaves them out instead, e.g. data.missing_reference). Rows repeating their original's question
     word for word (no perturbation) are counted in a warning. Reference rows (`what="reference"`) that are
     perturbed but whose gold answer equals their original's (`answers_equal`) get one warning each in
     `warnings` ({file, row, id, original_id, warning}) and one log line with the count: an exact
@@ -864,14 +865,17 @@ def pair_rows(rows: Sequence[_Row], originals: Benchmark, path: str, *, pair_by:
         missing = [it.id for it in originals.items if it.id not in grouped]
         if missing:
             shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-            raise DataError(f"{len(missing)} original item(s) have no {what} row: {shown}", path=path)
+            hint = (f"; set {missing_key}=skip to leave them out (counted in table.md and summary.json)"
+                    if missing_key else "")
+            raise DataError(f"{len(missing)} original item(s) have no {what} row: {shown} (of "
+                            f"{len(originals.items)} selected){hint}", path=path)
     return dict(grouped)
 
 
 def load_paired(path: str | os.PathLike[str], originals: Benchmark | Sequence[Item], format: str = "items", *,
                 fields: Mapping[str, Any] | None = None, variant: str | None = None, pair_by: str | None = None,
                 require_all: bool = True, what: str = "reference",
-                warnings: list[dict[str, Any]] | None = None) -> dict[str, list[Item]]:
+                warnings: list[dict[str, Any]] | None = None, missing_key: str | None = None) -> dict[str, list[Item]]:
     """Load a reference (or paraphrase-variant) file and pair its rows to the originals (see `pair_rows`).
 
     `originals` is best the `Benchmark` the items came from (its keys cover rows not selected); a plain
@@ -880,7 +884,7 @@ def load_paired(path: str | os.PathLike[str], originals: Benchmark | Sequence[It
     bench = originals if isinstance(originals, Benchmark) else Benchmark.from_items(originals)
     rows = read_linked(path, format, fields=fields, variant=variant, warnings=warnings)
     return pair_rows(rows, bench, str(resolve_path(path)), pair_by=pair_by, require_all=require_all, what=what,
-                     warnings=warnings)
+                     warnings=warnings, missing_key=missing_key)
 
 
 def save_items(path: str | os.PathLike[str], items: list[Item]) -> None:
