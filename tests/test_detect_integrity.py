@@ -165,6 +165,14 @@ def test_skip_that_leaves_nothing_to_test_is_an_error_and_writes_nothing(tmp_pat
     msg = nothing_left_message(tmp_path)
     assert "nothing left to test in D: of 4 item(s) selected, 4 too long for the model's context" in msg
     assert not (tmp_path / "run").exists()
+    from zcp.config import one_line_errors
+
+    def entry_point() -> None:
+        raise DataError(msg)
+
+    with pytest.raises(SystemExit) as e:  # what an entry point makes of it: exit 2, one line
+        one_line_errors(entry_point)()
+    assert e.value.code == 2
 
 
 def truncate_budget_message(tmp_path: Path) -> str:
