@@ -14,6 +14,7 @@ REDUCED = [
     "eval.max_new_tokens=24", "train.grpo.max_completion_length=24", "train.grpo.per_device_train_batch_size=4",
     "train.grpo.num_generations=4", "detect.m=1", "detect.seeds=[0,1]", "stats.bootstrap_samples=500",
     "probe.full_cot_max_tokens=40", "logger=none",
+    "train.sft.warmup_steps=0",  # its one SFT step must run at a learning rate above 0 (else the model is unchanged)
 ]
 
 

@@ -43,8 +43,10 @@ def test_exact_references_exist_for_every_reserved_item_and_avoid_the_training_d
     assert not any(signature(r) in c_sigs for rs in refs.values() for r in rs)
 
 
-def test_reference_source_checked_before_training():
+def test_reference_source_checked_before_training(tmp_path):
     check_reference_source({"benchmark": {"source": "wordproblems"}})
     check_reference_source({"benchmark": {"source": "file"}, "detect": {"reference_path": "r.jsonl"}})
+    plain = tmp_path / "items.jsonl"  # items without a program to perturb (the method is resolved on the items)
+    plain.write_text('{"id": "a", "question": "Name the capital of France.", "answer": "Paris"}\n')
     with pytest.raises(ConfigError, match=r"detect\.reference_path"):
-        check_reference_source({"benchmark": {"source": "file"}, "detect": {}})
+        check_reference_source({"benchmark": {"source": "file", "path": str(plain)}, "detect": {}})

@@ -46,8 +46,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Entry-point decorator: a user mistake exits with status 2 and one line on stderr, no traceback.
 
-    Real bugs keep their full traceback; `HYDRA_FULL_ERROR=1` shows it for user mistakes too.
+    File-system errors a user can act on (a full disk, a read-only or forbidden folder: `zcp.io.FS_ERRNOS`) are
+    one line too, naming the path and the errno (`zcp.io.fs_error_message`), wherever they happen (a record
+    appended mid-run, a trainer's checkpoint: `zcp.io.as_write_error` names the path of writes that fail
+    without one). Real bugs keep their full traceback; `HYDRA_FULL_ERROR=1` shows it for user mistakes too.
     """
+    from zcp.io import fs_error_message
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -57,6 +61,12 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as e:
+            msg = fs_error_message(e)
+            if msg is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {' '.join(msg.split())}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp.data.schema import Item
+from zcp.backends.tokenized import TokenizedBackend
+from zcp.data.schema import DataError, Item
 from zcp.detect import DetectDataset, DetectSettings, detect, probe_config
 from zcp.did import did_markdown, simulation_did
 from zcp.io import stable_hash
@@ -33,35 +35,33 @@ def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, 
                           run_dir: str | Path | None = None) -> tuple[dict[str, list[Item]], dict[str, Any]]:
     """n_draws reference draws per benchmark item for the detection stage, and the builder's report.
 
-    `detect.reference_path` reads a given reference set. Otherwise the builder registry builds them as
-    run_build_data does (`detect.reference`: method, exclusions, policies): generated word problems get exact
-    draws from the generator's law. The run's own training data joins `detect.reference.exclude`: every C item
-    (leaked or not: a value a fine-tune may have seen is never a reference) and the clean and sham items of
-    `<run>/training_items.jsonl`. An item the builder gives no draw has no key in the result: it cannot be
-    tested and `simulation_splits` leaves it out, counted.
+    `detect.reference_path` reads a given reference set (`file_references`: rows of items outside the benchmark
+    left out and counted, items without a row per `detect.missing_reference`). Otherwise the builder registry
+    builds them as run_build_data does (`detect.reference`: method, exclusions, policies), chosen on the items as
+    loaded (`zcp.training.contaminate.benchmark_format`): generated word problems get exact draws from the
+    generator's law, GSM8K-format files the gsm8k builder. The run's own training data joins
+    `detect.reference.exclude`: every C item (leaked or not: a value a fine-tune may have seen is never a
+    reference) and the clean and sham items of `<run>/training_items.jsonl`. An item the builder gives no draw
+    has no key in the result: it cannot be tested and `simulation_splits` leaves it out, counted.
     """
     from dataclasses import replace
 
     from zcp.build_data import reference_context
     from zcp.reference.exclusions import item_key
-    from zcp.reference.registry import build_references, resolve_method
+    from zcp.reference.registry import build_references
     from zcp.schemas import validate
 
-    d = cfg.get("detect") or {}
-    if d.get("reference_path"):
-        from zcp.data.loaders import load_paired
-
-        return load_paired(d["reference_path"], items, d.get("reference_format", "items")), {"method": "file"}
-    check_reference_source(cfg)
-    choice = validate({"detect": d})["detect"].reference
+    d = _plain(cfg.get("detect") or {})
+    det = validate({"detect": d})["detect"]
+    if det.reference_path:
+        return file_references(cfg, items)
+    method = check_reference_source(cfg, items)
+    choice = det.reference
     keys: set[str] = set()
     if manifest is not None:
         keys |= {k for k in (item_key(it) for it in manifest.subset(items, "C")) if k}
     if run_dir is not None:
         keys |= _training_keys(Path(run_dir))
-    b = cfg.get("benchmark") or {}
-    fmt = "wordproblems" if b.get("source", "wordproblems") == "wordproblems" else str(b.get("format") or "items")
-    method = resolve_method(choice.method, items, fmt)
     ctx, exclusions = reference_context(items, seed, {"exclude": list(choice.exclude),
                                                       "exclude_benchmark": choice.exclude_benchmark,
                                                       "special_cases": choice.special_cases})
@@ -71,6 +71,79 @@ def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, 
               "exclusions": [*exclusions, {"source": "the run's training data (C items, clean and sham items)",
                                            "keys": len(keys)}]}
     return rs.refs, report
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    """A plain dict of a config node (DictConfig or mapping), resolved."""
+    from zcp.config import to_dict
+
+    return to_dict(cfg) if not isinstance(cfg, dict) else cfg
+
+
+def benchmark_keys(cfg: Any, items: list[Item]) -> Any:
+    """The benchmark as a `zcp.data.loaders.Benchmark`: `items` selected, with the pairing keys of EVERY row of
+    the file(s) they were read from (benchmark.path, split.c_path + split.u_path, the `data` group). A reference
+    file's rows of items the benchmark leaves out (benchmark.limit, a merged duplicate) are then recognised and
+    left out, counted, as run_detect does; a row naming an item no file holds still fails."""
+    from zcp.data.loaders import Benchmark
+    from zcp.data.loaders import load_benchmark as load_file
+    from zcp.training.contaminate import resolve_model_path
+
+    c = _plain(cfg)
+    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
+    policy, key = b.get("on_duplicate") or "error", "benchmark.on_duplicate"
+    if split.get("c_path") and split.get("u_path"):
+        files = [(split["c_path"], b.get("format") or "items", b.get("variant")),
+                 (split["u_path"], b.get("format") or "items", b.get("variant"))]
+    elif b.get("source", "wordproblems") == "file":
+        files = [(b["path"], b.get("format") or "items", b.get("variant"))]
+    elif b.get("source") == "data":
+        d = dict(c.get("data") or {})
+        files = [(d["path"], d.get("format") or "items", None)]
+    else:
+        return Benchmark.from_items(items)
+    parts = [load_file(resolve_model_path(str(path)), fmt, variant=variant, limit=b.get("limit"),
+                       on_duplicate=policy, duplicate_key=key) for path, fmt, variant in files]
+    return Benchmark(" + ".join(p.path for p in parts), list(items), [i for p in parts for i in p.ids],
+                     [r for p in parts for r in p.rows], [x for p in parts for x in p.source_index],
+                     set().union(*(p.source_index_fields for p in parts)))
+
+
+def file_references(cfg: Any, items: list[Item]) -> tuple[dict[str, list[Item]], dict[str, Any]]:
+    """The reference rows of `detect.reference_path` (read with `detect.reference_format`) paired to the benchmark
+    items, and a report counting them.
+
+    As in run_detect (`zcp.detect.load_datasets`): rows of items of the benchmark's file(s) that the benchmark
+    does not hold (`benchmark.limit`; a full-benchmark reference set for a slice) are left out and counted
+    (`rows_outside_benchmark`); a row naming an item no file holds fails. A benchmark item without any row is a
+    one-line DataError unless `detect.missing_reference=skip`, which leaves it out (counted in
+    simulation_summary.json as `items_without_reference`)."""
+    from zcp.config import ConfigError
+    from zcp.data.loaders import pair_rows, read_linked, resolve_path
+    from zcp.schemas import validate
+    from zcp.training.contaminate import resolve_model_path
+
+    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
+    path = resolve_path(resolve_model_path(str(det.reference_path)))
+    if not Path(path).is_file():
+        raise ConfigError(f"detect.reference_path={det.reference_path}: no such file")
+    warnings: list[dict[str, Any]] = []
+    rows = read_linked(path, det.reference_format, warnings=warnings)
+    refs = pair_rows(rows, benchmark_keys(cfg, items), str(path), require_all=False, what="reference",
+                     warnings=warnings)
+    n_paired = sum(len(v) for v in refs.values())
+    missing = [it.id for it in items if not refs.get(it.id)]
+    if missing and det.missing_reference == "error":
+        shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
+        raise DataError(f"{len(missing)} of {len(items)} benchmark item(s) have no reference row: {shown}; set "
+                        "detect.missing_reference=skip to leave them out (counted in simulation_summary.json)",
+                        path=str(path))
+    outside = len(rows) - n_paired
+    if outside:
+        log.info("%s: %d reference row(s) of items outside the benchmark left out", path, outside)
+    return refs, {"method": "file", "path": str(path), "rows": len(rows), "rows_paired": n_paired,
+                  "rows_outside_benchmark": outside, "missing_reference": det.missing_reference,
+                  "items_without_reference_row": len(missing), "data_warnings": warnings}
 
 
 def _training_keys(run: Path) -> set[str]:
@@ -88,21 +161,67 @@ def _training_keys(run: Path) -> set[str]:
     return {k for k in (item_key(it) for it in load_items(str(path), format="items")) if k}
 
 
-def check_reference_source(cfg: Any) -> None:
-    """ConfigError unless the detection stage can get references: detect.reference_path, or a builder that needs no
-    model (generated word problems; GSM8K-format or ArithMark files). Checked before training starts."""
-    d = cfg.get("detect") or {}
-    b = cfg.get("benchmark") or {}
-    if d.get("reference_path") or b.get("source", "wordproblems") == "wordproblems":
-        return
-    method = (d.get("reference") or {}).get("method") or "auto"
-    fmt = str(b.get("format") or "items")
-    if method not in ("auto", "llm", "none") or fmt in ("gsm8k", "arithmark"):
-        return
+def _benchmark_items_for_check(c: dict[str, Any]) -> list[Item]:
+    """The benchmark items (`load_benchmark`), a missing benchmark.path being a one-line ConfigError."""
     from zcp.config import ConfigError
+    from zcp.training.contaminate import load_benchmark
 
-    raise ConfigError(f"detect.reference_path is required for benchmark.format={fmt} (no program to perturb: build a "
-                      "reference set with evaluate/run_build_data.py), or set detect.reference.method")
+    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
+    if not (split.get("c_path") and split.get("u_path")):
+        source = b.get("source", "wordproblems")
+        if source == "file" and not b.get("path"):
+            raise ConfigError("benchmark.path is required for benchmark.source=file (the benchmark file)")
+        if source == "data" and not (c.get("data") or {}).get("path"):
+            raise ConfigError("data.path is required for benchmark.source=data")
+    return load_benchmark(c)
+
+
+def check_reference_source(cfg: Any, items: list[Item] | None = None) -> str:
+    """The reference method the detection stage will use (``file`` for detect.reference_path), checked before
+    training on the benchmark's ACTUAL items (loaded when not given: generated, a file, the given C and U files):
+    `detect.reference.method` resolved on them (`auto`: the first registered builder that takes them, by the
+    format they were read with), and that builder run on a few of them. ConfigError (one line) when no builder
+    without a model takes them (the LLM builder needs generator and judge models the simulation does not
+    configure: give detect.reference_path) or the chosen builder cannot build on them (a word-problem builder on
+    GSM8K items)."""
+    from zcp.config import ConfigError
+    from zcp.reference.registry import BuildContext, get_reference_builder, resolve_method
+    from zcp.schemas import validate
+    from zcp.training.contaminate import benchmark_format
+
+    c = _plain(cfg)
+    d = c.get("detect") or {}
+    if d.get("reference_path"):
+        return "file"
+    choice = validate({"detect": d})["detect"].reference
+    if items is None:
+        items = _benchmark_items_for_check(c)
+    fmt = benchmark_format(c)
+    split = c.get("split") or {}
+    what = (f"the given C and U files (benchmark.format={fmt})" if split.get("c_path") and split.get("u_path") else
+            "the generated word problems" if fmt == "wordproblems" else f"benchmark.format={fmt}")
+    try:
+        method = resolve_method(choice.method, items, fmt)
+    except ValueError:
+        method = "none"
+    if method in ("llm", "none"):
+        raise ConfigError(f"detect.reference_path is required for {what} (no program to perturb: build a reference "
+                          "set with evaluate/run_build_data.py), or set detect.reference.method")
+    builder = get_reference_builder(method)
+    sample = list(items[:3])
+    chosen = f"{choice.method} (resolved to {method})" if choice.method == "auto" else method
+    fix = "set detect.reference_path=FILE (evaluate/run_build_data.py) or another detect.reference.method"
+    try:
+        built = builder.build(sample, 1, BuildContext(seed=0, benchmark=tuple(items)))
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
+        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for "
+                          f"{what} (item {sample[0].id if sample else '?'}: {type(e).__name__} {e}); {fix}") from None
+    # a builder chosen by name that would not take these items (auto's test) must build on some of them
+    if not builder.accepts(items, fmt) and sample and not any(built.refs.values()):
+        why = next((r.get("reason") for r in built.rejections if r.get("reason")), "no draw")
+        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for {what} "
+                          f"(none for items {', '.join(it.id for it in sample)}: {why}); {fix}")
+    return method
 
 
 def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, splits: Sequence[str] = ("C", "U"),
@@ -115,7 +234,7 @@ def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, spl
     given, receives the reference builder's report (law, exclusions, exchangeability per feature)."""
     from zcp.schemas import validate
 
-    det = validate({"detect": cfg.get("detect") or {}})["detect"]
+    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
     ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
     refs, ref_report = simulation_references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed), manifest, run_dir)
     if report is not None:
@@ -126,6 +245,112 @@ def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, spl
                     ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
     groups = {s: [it for it in manifest.subset(items, s) if refs.get(it.id)] for s in splits}
     return groups, refs, missing
+
+
+def detection_settings(c: dict[str, Any]) -> DetectSettings:
+    """The detection stage's DetectSettings: the seeds' stability display on each seed's own share of the draws
+    (m per seed are generated), stats.*, run.*, and the overflow policy `detect.on_overflow` (named so in
+    messages)."""
+    from zcp.config import validate
+
+    checked = validate(c)
+    det, st, rn = checked["detect"], checked["stats"], checked["run"]
+    return DetectSettings(seeds=[int(s) for s in det.seeds], bootstrap_samples=st.bootstrap_samples, alpha=st.alpha,
+                          test=st.test, reference_draws="per_seed", chunk_size=rn.chunk_size, progress=rn.progress,
+                          on_overflow=det.on_overflow, overflow_key="detect.on_overflow")
+
+
+def detection_datasets(c: dict[str, Any], items: list[Item], manifest: Any, leaked: Sequence[str] | None = None,
+                       run_dir: str | Path | None = None
+                       ) -> tuple[list[DetectDataset], dict[str, list[Item]], list[str], dict[str, Any]]:
+    """The detection stage's datasets (C and U; with a partial leak also C_leaked and C_not_leaked), each naming
+    the items left out for want of a reference; plus the draws, the ids without any and the reference report."""
+    report: dict[str, Any] = {}
+    groups, refs, missing = simulation_splits(c, items, manifest, run_dir=run_dir, report=report)
+    without = {s: [it.id for it in manifest.subset(items, s) if not refs.get(it.id)] for s in ("C", "U")}
+    leaked_set = set(leaked or [])
+    if 0 < len(leaked_set) < len(groups["C"]):  # leak_fraction < 1: also the leaked and unleaked parts (a sham: C only)
+        groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked_set]
+        groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked_set]
+        without["C_leaked"] = [i for i in without["C"] if i in leaked_set]
+        without["C_not_leaked"] = [i for i in without["C"] if i not in leaked_set]
+    datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}, without_reference=without.get(split, []))
+                for split, sub in groups.items()]
+    return datasets, refs, missing, report
+
+
+class TokenCounter(TokenizedBackend):
+    """A model's tokenizer and positions without its weights: the `count_tokens` and `context_length` that
+    `zcp.detect.plan_units` needs, so the detection stage's context check runs before training (it renders the
+    prompts exactly as the model's backend will: chat template, `chat_template_kwargs`, `model.chat`,
+    `model.max_length`)."""
+
+    def __init__(self, tokenizer: Any, positions: int | None, *, name: str, chat_template_kwargs: Any = None,
+                 chat: bool = True, max_length: int | None = None) -> None:
+        self._init_tokenizer(tokenizer, chat_template_kwargs=chat_template_kwargs, chat=chat, max_length=max_length)
+        self._positions = positions
+        self.name = name
+
+    def model_positions(self) -> int | None:
+        """The positions the model's config states (max_position_embeddings)."""
+        return self._positions
+
+    def score(self, requests: Any) -> Any:  # pragma: no cover - counting only
+        raise NotImplementedError("TokenCounter counts tokens only")
+
+    def generate(self, requests: Any) -> Any:  # pragma: no cover - counting only
+        raise NotImplementedError("TokenCounter counts tokens only")
+
+
+def token_counter(model_cfg: Any) -> TokenCounter | None:
+    """The `TokenCounter` of the simulation's base model (its fine-tune keeps its tokenizer and positions): the
+    tokenizer and config.json only, no weights. None for a served model (model.backend=openai)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from zcp.backends.config import model_config
+    from zcp.training.contaminate import resolve_model_path
+
+    mc = model_config(model_cfg)
+    if mc.backend == "openai":
+        return None
+    path = resolve_model_path(mc.path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=mc.trust_remote_code)
+    n = getattr(AutoConfig.from_pretrained(path, trust_remote_code=mc.trust_remote_code), "max_position_embeddings",
+                None)
+    limit = mc.max_length
+    if mc.backend == "vllm" and mc.vllm.max_model_len:
+        limit = min(limit, mc.vllm.max_model_len) if limit else mc.vllm.max_model_len
+    return TokenCounter(tok, int(n) if n else None, name=f"{Path(path).name} (tokenizer)",
+                        chat_template_kwargs=mc.chat_template_kwargs, chat=mc.chat, max_length=limit)
+
+
+def check_detection_stage(cfg: Any) -> dict[str, Any]:
+    """Before training: what the detection stage needs, so it cannot fail after the training it follows.
+
+    On the benchmark's actual items and the split the run will make (`planned_manifest`): the reference source
+    (`check_reference_source`; a reference file paired, `detect.missing_reference` applied), the references built
+    as the stage will build them (without the exclusion of the clean/sham items the data stage has yet to draw),
+    and the probe prompts of every unit against the model's context with the tokenizer only (`token_counter`,
+    `zcp.detect.plan_units` under `detect.on_overflow`: `error` refuses here naming the budgets and keys;
+    `skip` refuses a split it would leave with nothing to test). The stage repeats the context check on its
+    final references. Returns what it found (items, units, overflow) for the caller's log."""
+    from zcp.detect import check_testable, coverage, plan_units
+    from zcp.training.contaminate import planned_manifest
+
+    c = _plain(cfg)
+    items = _benchmark_items_for_check(c)
+    check_reference_source(c, items)
+    manifest = planned_manifest(c, items)
+    datasets, _, missing, _ = detection_datasets(c, items, manifest)
+    settings = detection_settings(c)
+    counter = token_counter(c.get("model") or {})
+    out: dict[str, Any] = {"items": len(items), "items_without_reference": len(missing)}
+    if counter is None:
+        return out
+    probe = probe_config(c.get("probe") or {}, c.get("model"))
+    units, overflow = plan_units(counter, datasets, probe, settings)
+    check_testable(coverage(datasets, units), settings)
+    return {**out, "units": len(units), "overflow": len(overflow)}
 
 
 def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
@@ -147,36 +372,35 @@ def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
 
 
 def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
-    """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot."""
-    from zcp.config import build_backend, to_dict, validate
+    """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot.
+
+    The base model's detection depends on nothing the fine-tune did, so it lives beside the run dirs
+    (`<runs>/base-detect__<key>`) and is shared: a second simulation that finds it in use (a sibling run, a
+    parallel sweep job) waits for it (`SHARED_WAIT_S`) and then resumes it, finding its records done."""
+    from zcp.config import build_backend
     from zcp.data.split import Manifest
+    from zcp.io import check_writable
     from zcp.tracking import Tracker
     from zcp.training.contaminate import load_benchmark, resolve_model_path
 
-    c = to_dict(cfg)
-    checked = validate(c)
-    det, st, rn = checked["detect"], checked["stats"], checked["run"]
-    seeds = [int(s) for s in det.seeds]
+    c = _plain(cfg)
+    det = validate_detect(c)
+    settings = detection_settings(c)
+    seeds = list(settings.seeds)
     m = int(det.m)
-    # the stability display uses each seed's own share of the draws (m per seed are generated)
-    settings = DetectSettings(seeds=seeds, bootstrap_samples=st.bootstrap_samples, alpha=st.alpha, test=st.test,
-                              reference_draws="per_seed", chunk_size=rn.chunk_size, progress=rn.progress)
     probe = probe_config(c.get("probe") or {}, c.get("model"))
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
-    ref_report: dict[str, Any] = {}
-    groups, refs, missing = simulation_splits(c, items, manifest, run_dir=result.run_dir, report=ref_report)
-    leaked = set(result.leaked_ids)
-    datasets = []
-    if 0 < len(leaked) < len(groups["C"]):  # leak_fraction < 1: also the leaked and unleaked parts (a sham: C only)
-        groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked]
-        groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked]
-    for split, sub in groups.items():
-        datasets.append(DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}))
+    datasets, refs, missing, ref_report = detection_datasets(c, items, manifest, result.leaked_ids, result.run_dir)
+    groups = {ds.split: ds.originals for ds in datasets}
     models = {"FT": str(result.model_dir)}
     if det.base_model:
         models["base"] = resolve_model_path((c.get("model") or {}).get("path"))
     out_root = Path(result.run_dir) / "detect"
+    shared_root = Path(result.run_dir).parent
+    check_writable(out_root, key="the detection stage's dir")  # before a model loads
+    if "base" in models:
+        check_writable(shared_root, key="the shared base-model detection's dir")
     runs, summaries = {}, {}
     mcfg = c.get("model") or {}
     for name, path in models.items():
@@ -189,9 +413,14 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
         key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
                                       settings.bootstrap_samples], sort_keys=True, default=str), 12)
-        runs[name] = (Path(result.run_dir).parent / f"base-detect__{key}" if name == "base"
-                      else out_root / f"{name}__{key}")
-        summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=f"ZCP on the {name} model")
+        title = f"ZCP on the {name} model"
+        if name == "base":
+            runs[name] = shared_root / f"base-detect__{key}"
+            summaries[name] = detect_shared(backend, datasets, probe, runs[name], settings, title=title)
+        else:
+            runs[name] = out_root / f"{name}__{key}"
+            summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=title)
+        del backend
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
     table7 = _table7(summaries, metrics, multi)
@@ -207,7 +436,11 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
         "items_with_fewer_distinct_draws": sorted(
             k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),
+        # left out for want of a reference (a builder's rejections; with detect.reference_path and
+        # detect.missing_reference=skip, the items without a row), by split
         "items_without_reference": missing,
+        "n_items_without_reference": {ds.split: len(ds.without_reference) for ds in datasets},
+        "on_overflow": settings.on_overflow,
         "reference": ref_report,
         "seeds_vary": "stability display only: Monte Carlo stream and the seed's disjoint share of the reference "
                       "draws; the verdict is one test over all draws; training uses `seed` once",
@@ -236,6 +469,28 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
 
 
 SIM_STAGES = ("contaminate", "detect", "baselines")
+
+
+SHARED_WAIT_S = math.inf  # how long a simulation waits for another one's shared base-model detection
+
+
+def detect_shared(backend: Any, datasets: Sequence[DetectDataset], probe: Any, out: Path, settings: DetectSettings,
+                  title: str, wait: float = SHARED_WAIT_S) -> dict[str, Any]:
+    """`detect` into a directory several simulations share (the base model's detection): a queue lock
+    (`<out>/.share.lock`, waited for up to `wait` seconds) is taken before detect's own `.lock`, so a second
+    simulation waits for the first instead of refusing, then resumes the finished records (the same units, the
+    same records) and writes the same summary."""
+    from zcp.io import RunLock
+
+    with RunLock(out, wait=wait, name=".share.lock"):
+        return detect(backend, datasets, probe, out, settings, title=title)
+
+
+def validate_detect(c: dict[str, Any]) -> Any:
+    """The checked `detect` group (`zcp.schemas.SimDetectConfig`)."""
+    from zcp.schemas import validate
+
+    return validate({"detect": c.get("detect") or {}})["detect"]
 
 
 def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
@@ -275,20 +530,32 @@ def run_baselines_stage(cfg: Any, result: Any) -> dict[str, Any]:
 
 def run_simulation(cfg: Any) -> dict[str, Any]:
     """Run the configured `stages` in order: `contaminate`, then `detect` (ZCP) and `baselines` (the
-    literature's detectors, conf/baselines.yaml with `baselines_overrides`) on its result."""
+    literature's detectors, conf/baselines.yaml with `baselines_overrides`) on its result.
+
+    Everything a later stage needs is checked before the first one trains (one line, before any model loads):
+    the contamination's inputs (`check_inputs`: files, the base model's weights, the learning-rate schedules),
+    the detection stage's references and probe prompts against the model's context (`check_detection_stage`),
+    the baselines' config, and that the dirs the stages write can be written (the run dir and, for the shared
+    base-model detection, its parent)."""
     from zcp.config import ConfigError, validate
-    from zcp.training.contaminate import contaminate
+    from zcp.io import check_writable
+    from zcp.training.contaminate import _config_fingerprint, _run_dir, check_inputs, contaminate
 
     validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
     stages = list(cfg.get("stages") or ["contaminate"])
     unknown = set(stages) - set(SIM_STAGES)
     if unknown:
         raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {list(SIM_STAGES)})")
+    if "baselines" in stages and "detect" not in stages:  # its zcp_* detectors and the report read the detection
+        raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
+    c = _plain(cfg)
+    check_inputs(c)
     if "detect" in stages:
-        check_reference_source(cfg)
+        check_detection_stage(c)
+        if validate_detect(c).base_model:
+            check_writable(_run_dir(c, _config_fingerprint(c)).resolve().parent,
+                           key="the shared base-model detection's dir")
     if "baselines" in stages:
-        if "detect" not in stages:  # its zcp_* detectors and the report read the run's detection records
-            raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
         from zcp.detectors.run import check_config
 
         check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training

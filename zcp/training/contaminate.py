@@ -108,10 +108,14 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The config as the fingerprint sees it: new keys at their defaults dropped, the `paraphrase` model
-    section only when the LLM paraphraser uses it, of `model` only the keys training reads, and
-    `train.rewards` of the default pair written as the positional `train.grpo.reward_weights` older
-    configs used (same training, same hash)."""
+    """The config as the fingerprint sees it: what the contamination run's outputs depend on, nothing else.
+
+    Left out: the sections of later stages and of the session (`_NOT_FINGERPRINTED`: detection, probe, stats,
+    run, baselines, logger, output_dir), new keys at their defaults, the `paraphrase` model section unless the
+    LLM paraphraser uses it, the `data` group unless the benchmark is read from it, and of `model` all but the
+    keys training reads; `train.rewards` of the default pair is written as the positional
+    `train.grpo.reward_weights` older configs used (same training, same hash). So a finished training stage is
+    never discarded or refused because a later stage's setting changed."""
     fp = json.loads(json.dumps({k: v for k, v in cfg.items() if k not in _NOT_FINGERPRINTED}, default=str))
     for section, defaults in _NEW_KEY_DEFAULTS.items():
         sub = fp.get(section)
@@ -124,6 +128,8 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
         ex.pop("sham_items", None)  # only a sham run trains on sham items (leak_fraction=0 sets the arm apart)
     if (fp.get("exposure") or {}).get("paraphraser") != "llm":
         fp.pop("paraphrase", None)
+    if not _reads_data_group(fp):
+        fp.pop("data", None)  # e.g. `+data.on_overflow=skip` on a simulation: nothing trained reads it
     if isinstance(fp.get("model"), dict):
         # at their defaults (no adapter, chat on, no template kwargs) the keys are left out, as older configs lacked them
         fp["model"] = {k: v for k, v in fp["model"].items() if k in _MODEL_TRAINING_KEYS
@@ -139,6 +145,12 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 train["rewards"] = rewards
     return fp
+
+
+def _reads_data_group(cfg: Mapping[str, Any]) -> bool:
+    """Whether the benchmark comes from the `data` group (`benchmark.source=data`, no given C/U files)."""
+    split = cfg.get("split") or {}
+    return (cfg.get("benchmark") or {}).get("source") == "data" and not (split.get("c_path") and split.get("u_path"))
 
 
 def _config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,8 +198,24 @@ def resolve_model_path(path: str | None) -> str:
     return str(path)
 
 
+def _leaf_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """`key: old -> new` for every leaf that differs between two nested dicts (reprs cut at 40 characters)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _leaf_diff(old.get(k, "<unset>"), new.get(k, "<unset>"), f"{prefix}{k}.")
+        return out
+    if old == new:
+        return []
+    short = lambda v: (lambda t: t if len(t) <= 40 else t[:37] + "...")(repr(v))  # noqa: E731
+    return [f"{prefix.rstrip('.')}: {short(old)} -> {short(new)}"]
+
+
 def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | None = None) -> None:
-    """Refuse to resume a run directory whose stage outputs were made by a different config or base model."""
+    """Refuse (one line, ConfigError) to resume a run directory whose stage outputs were made by a different config
+    or base model, naming what differs; a directory without run_config.json gets it written."""
+    from zcp.schemas import ConfigError
+
     fp = fp or _config_fingerprint(cfg)
     path = run_dir / "run_config.json"
     if path.exists():
@@ -195,9 +223,10 @@ def _fingerprint_check(run_dir: Path, cfg: dict[str, Any], fp: dict[str, Any] | 
         # a run made before keys were added or left out of the fingerprint: compare in today's canonical form
         stored = _canonical(old.get("fingerprint") or {})
         if stored != fp:
-            diff = sorted(k for k in set(stored) | set(fp) if stored.get(k) != fp.get(k))
-            raise ValueError(f"{run_dir} holds a run with a different config (sections {diff} differ); "
-                             "use a fresh output_dir")
+            diff = _leaf_diff(stored, fp)
+            shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+            raise ConfigError(f"{run_dir} holds a contamination run with a different config ({shown}); its outputs "
+                              f"belong to that config: use a fresh output_dir, or rerun with the config in {path}")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(path, {"fingerprint": fp, "config": cfg})
@@ -258,6 +287,39 @@ def load_split_files(cfg: Mapping[str, Any]) -> tuple[list[Item], list[Item]]:
     kept = check_duplicates(out[0] + out[1], None, policy, key=key,
                             name=f"C file {split['c_path']} and U file {split['u_path']}")
     return out[0], kept[len(out[0]):]  # C's copy comes first (and C has none within): C keeps all its items
+
+
+def benchmark_format(cfg: Mapping[str, Any]) -> str:
+    """The loader format of the items `load_benchmark` returns: ``wordproblems`` for generated ones, else the
+    format the given C/U files, the benchmark file or the `data` group are read with. Reference builders are
+    chosen by it (`zcp.reference.registry.resolve_method`): the items as loaded, whatever the default of an
+    unused `benchmark.source` says."""
+    b, split = dict(cfg.get("benchmark") or {}), dict(cfg.get("split") or {})
+    if split.get("c_path") and split.get("u_path"):
+        return str(b.get("format") or "items")
+    source = b.get("source", "wordproblems")
+    if source == "wordproblems":
+        return "wordproblems"
+    if source == "data":
+        return str((cfg.get("data") or {}).get("format") or "items")
+    return str(b.get("format") or "items")
+
+
+def planned_manifest(cfg: Mapping[str, Any], items: list[Item]) -> Any:
+    """The C/U manifest the split stage will give `items` (`_manifest`), computed without writing anything: the
+    given C and U files, `manifest_path`, or the seeded split. For checks made before anything runs."""
+    from zcp.data.split import Manifest, split_items
+
+    split = dict(cfg.get("split") or {})
+    seed = int(cfg.get("seed", 0))
+    if split.get("c_path") and split.get("u_path"):
+        c_items, u_items = load_split_files(cfg)
+        return Manifest(c_ids=[it.id for it in c_items], u_ids=[it.id for it in u_items], seed=seed,
+                        c_fraction=len(c_items) / max(1, len(c_items) + len(u_items)))
+    if cfg.get("manifest_path"):
+        return Manifest.load(resolve_model_path(cfg["manifest_path"]))
+    return split_items(items, seed=_or(split.get("seed"), seed), c_fraction=float(split.get("c_fraction", 0.5)),
+                       stratify_by=split.get("stratify_by"))
 
 
 def _manifest(cfg: Mapping[str, Any], items: list[Item], run_dir: Path, seed: int) -> Any:
@@ -665,12 +727,16 @@ def _tracker(cfg: Mapping[str, Any], run_cfg: Mapping[str, Any], run_dir: Path, 
 
 
 def _save_merged(model: Any, tokenizer: Any, dest: Path) -> None:
+    """Save the merged model through a temporary folder; a failed write names `dest` (`zcp.io.as_write_error`)."""
+    from zcp.io import naming_write_errors
+
     tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
-    tokenizer.save_pretrained(str(tmp))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    with naming_write_errors(dest):
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
 
 
 def _versions() -> dict[str, str]:
@@ -700,8 +766,32 @@ def contaminate(cfg: Any) -> ContaminationResult:
     check_inputs(c)
     fingerprint = _config_fingerprint(c)  # hashes the base model's files once per run
     run_dir = _run_dir(c, fingerprint).resolve()
+    if _is_main():
+        check_run_dir_writable(c, run_dir)
     with RunLock(run_dir) if _is_main() else contextlib.nullcontext():
         return _contaminate(c, fingerprint, run_dir)
+
+
+MIN_FREE_MARGIN = 64 << 20  # bytes a run needs beyond its merged model (records, adapters, checkpoints of LoRA)
+
+
+def min_free_bytes(c: Mapping[str, Any], run_dir: Path) -> int:
+    """The free space a contamination run states it needs before it starts: the base model's size (the merged
+    model it writes) plus `MIN_FREE_MARGIN`; only the margin once model/ exists (a hub model: its size unknown)."""
+    if (run_dir / "model" / "config.json").is_file():
+        return MIN_FREE_MARGIN
+    base = Path(resolve_model_path((c.get("model") or {}).get("path")))
+    size = sum(f.stat().st_size for f in base.rglob("*") if f.is_file()) if base.is_dir() else 0
+    return size + MIN_FREE_MARGIN
+
+
+def check_run_dir_writable(c: Mapping[str, Any], run_dir: Path) -> None:
+    """RunDirError (one line) before any model loads when the run dir cannot be written or lacks the free space
+    `min_free_bytes` states (`zcp.io.check_writable`)."""
+    from zcp.io import check_writable
+
+    key = "output_dir" if c.get("output_dir") else "the run dir"
+    check_writable(run_dir, min_free_bytes(c, run_dir), key=key)
 
 
 def check_inputs(c: Mapping[str, Any]) -> None:
@@ -731,24 +821,106 @@ def check_inputs(c: Mapping[str, Any]) -> None:
     if split.get("c_path") and (c.get("manifest_path") or (c.get("benchmark") or {}).get("source") == "data"):
         raise ConfigError("split.c_path/u_path give the items and the split: do not also set manifest_path or "
                           "benchmark.source=data")
-    check_exposure_counts(c)
+    check_base_model(c)
+    items, n_c = _benchmark_and_c_size(c)
+    check_exposure_counts(c, items, n_c)
+    check_schedules(c, max_sft_examples(c, n_c))
+
+
+def check_base_model(c: Mapping[str, Any]) -> None:
+    """ConfigError (one line) unless `model.path` is a loadable base model: a local folder with config.json,
+    safetensors weights (training loads safetensors only) and a tokenizer; a hub id is left to the hub."""
+    from zcp.config import check_model_path
+    from zcp.schemas import ConfigError
+
+    given = (c.get("model") or {}).get("path")
+    path = resolve_model_path(given)
+    check_model_path(path)
+    p = Path(path)
+    if not p.is_dir():
+        return
+    if not (any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
+        other = sorted(f.name for f in p.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".gguf"))
+        hint = (f" (it holds {', '.join(other[:3])}: save the model with safe_serialization=True)" if other
+                else " (a folder with config.json only: the weights were not saved or not copied)")
+        raise ConfigError(f"model.path={given}: no safetensors weights in {p}{hint}")
+    if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise ConfigError(f"model.path={given}: no tokenizer in {p} (tokenizer.json / tokenizer_config.json)")
+
+
+def max_sft_examples(c: Mapping[str, Any], n_c: int) -> int:
+    """The most SFT examples the data stage can build (`build_training_data`): the trained items (round(leak_fraction
+    x |C|), or the sham items) x their examples each (k variants, + the original), plus the clean examples that
+    make `clean_fraction` of that. A paraphrase shortfall or a dropped item without a CoT gives fewer."""
+    ex = dict(c.get("exposure") or {})
+    if is_sham(ex):
+        n = int(ex["sham_items"]) if ex.get("sham_items") is not None else n_c
+    else:
+        n = n_leaked(float(ex.get("leak_fraction", 1.0)), n_c)
+    n_bench = n * _examples_per_item(ex)
+    return n_bench + n_clean_examples(n_bench, float(ex.get("clean_fraction", 0.0)))
+
+
+def _processes() -> int:
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def _sft_settings(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The SFTConfig settings of the run: train.sft with the exposure knobs (epochs, learning rate) over it."""
+    ex = dict(c.get("exposure") or {})
+    knobs = {key: float(ex[k]) for k, key in (("sft_epochs", "num_train_epochs"), ("lr", "learning_rate")) if k in ex}
+    return {**dict((c.get("train") or {}).get("sft") or {}), **knobs}
+
+
+def _grpo_schedule_settings(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The GRPOConfig settings that decide GRPO's learning-rate schedule (train.grpo, max_steps = grpo_steps)."""
+    _, settings = _grpo_reward_settings(dict(c.get("train") or {}))
+    return {**settings, "max_steps": int((c.get("exposure") or {}).get("grpo_steps", 0))}
+
+
+SFT_FIX = ("raise exposure.sft_epochs or the number of examples (exposure.k, benchmark size), lower "
+           "train.sft.per_device_train_batch_size or train.sft.gradient_accumulation_steps, or lower "
+           "train.sft.warmup_steps")
+GRPO_FIX = "raise exposure.grpo_steps, or lower train.grpo.warmup_steps"
+
+
+def check_schedules(c: Mapping[str, Any], n_sft: int | None) -> None:
+    """Before anything runs: ConfigError when the SFT schedule on `n_sft` examples (`max_sft_examples`: at most
+    that many, so a schedule refused here is refused for every data stage) or the GRPO schedule leaves no
+    optimizer step at a learning rate above 0 (`zcp.training.sft.check_schedule`, which also warns when a
+    schedule never leaves its warmup). The SFT stage checks again on the examples it got."""
+    from trl import GRPOConfig, SFTConfig
+
+    from zcp.training.sft import check_schedule, lr_schedule
+
+    check_schedule(lr_schedule(SFTConfig, _sft_settings(c), n_sft, stage="SFT", processes=_processes()), SFT_FIX,
+                   warn=False)
+    if int((c.get("exposure") or {}).get("grpo_steps", 0)) > 0:
+        check_schedule(lr_schedule(GRPOConfig, _grpo_schedule_settings(c), None, stage="GRPO",
+                                   processes=_processes()), GRPO_FIX)
+
+
+def schedules(c: Mapping[str, Any], n_sft: int) -> dict[str, Any]:
+    """The SFT schedule on the run's `n_sft` examples and the GRPO schedule, as exposure.json records them."""
+    from trl import GRPOConfig, SFTConfig
+
+    from zcp.training.sft import lr_schedule
+
+    out = {"sft": asdict(lr_schedule(SFTConfig, _sft_settings(c), n_sft, stage="SFT", processes=_processes()))}
+    if int((c.get("exposure") or {}).get("grpo_steps", 0)) > 0:
+        out["grpo"] = asdict(lr_schedule(GRPOConfig, _grpo_schedule_settings(c), None, stage="GRPO",
+                                         processes=_processes()))
+    return out
 
 
 def _benchmark_and_c_size(c: Mapping[str, Any]) -> tuple[list[Item], int]:
-    """The benchmark items and |C| the split stage will give (`_manifest`), computed without writing anything."""
-    from zcp.data.split import Manifest, split_items
-
+    """The benchmark items and |C| the split stage will give (`planned_manifest`), computed without writing anything."""
     split = dict(c.get("split") or {})
     if split.get("c_path") and split.get("u_path"):
         c_items, u_items = load_split_files(c)
         return c_items + u_items, len(c_items)
     items = load_benchmark(c)
-    if c.get("manifest_path"):
-        return items, len(Manifest.load(resolve_model_path(c["manifest_path"])).c_ids)
-    seed = int(c.get("seed", 0))
-    m = split_items(items, seed=_or(split.get("seed"), seed), c_fraction=float(split.get("c_fraction", 0.5)),
-                    stratify_by=split.get("stratify_by"))
-    return items, len(m.c_ids)
+    return items, len(planned_manifest(c, items).c_ids)
 
 
 def check_exposure_counts(c: Mapping[str, Any], items: list[Item] | None = None, n_c: int | None = None) -> None:
@@ -812,8 +984,7 @@ class _Pipeline:
         self.do_eval = bool(self.ecfg.get("enabled", True))
         self.grpo_steps = int(self.ex.get("grpo_steps", 0))
         self.lora = {**dict(self.train.get("lora") or {}), "r": int(self.ex["lora_r"])}
-        self.sft_settings = {**dict(self.train.get("sft") or {}), "num_train_epochs": float(self.ex["sft_epochs"]),
-                             "learning_rate": float(self.ex["lr"])}
+        self.sft_settings = _sft_settings(c)
         self.sft_dir = run_dir / "sft_adapter"
         self.grpo_dir = run_dir / "grpo_adapter" if self.grpo_steps > 0 else None
         self.model_dir = run_dir / "model"
@@ -916,12 +1087,17 @@ class _Pipeline:
                         self.ctk)
 
     def run_sft(self) -> None:
-        from zcp.training.sft import run_sft
+        from trl import SFTConfig
 
+        from zcp.training.sft import check_schedule, lr_schedule, run_sft
+
+        records = self.sft_records()  # the schedule on the examples the data stage built, before the model loads
+        check_schedule(lr_schedule(SFTConfig, self.sft_settings, len(records), stage="SFT", processes=_processes()),
+                       SFT_FIX)
         run_cfg = {**self.c, "exposure": self.ex}
         tracker = _tracker(self.c, run_cfg, self.run_dir, "sft")
         try:
-            run_sft(self.base_model(), self.tokenizer(), self.sft_records(), output_dir=self.run_dir / "sft",
+            run_sft(self.base_model(), self.tokenizer(), records, output_dir=self.run_dir / "sft",
                     adapter_dir=self.sft_dir, lora=self.lora, settings=self.sft_settings, seed=self.seed,
                     report_to="wandb" if tracker.enabled else "none", cpu=not _cuda())
         finally:
@@ -1040,7 +1216,9 @@ class _Pipeline:
             "sham_ids": sorted(it.id for it in training_items(run_dir, "sham")) if sham else [],
             "counts": counts,
             "training": {"lora": self.lora, "sft": self.sft_settings,
-                         "grpo": grpo_settings if self.grpo_dir else None},
+                         "grpo": grpo_settings if self.grpo_dir else None,
+                         # optimizer steps, warmup, steps at a learning rate > 0 (zcp.training.sft.lr_schedule)
+                         "schedules": schedules(c, sum(1 for _ in read_jsonl(self.sft_path)))},
             "table6": str(run_dir / "table6.json"),
             "config_hash": stable_hash(json.dumps({k: v for k, v in c.items() if k not in _NOT_FINGERPRINTED},
                                                   sort_keys=True, default=str)),

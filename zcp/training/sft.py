@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,95 @@ def trainer_args(config_cls: type, settings: Mapping[str, Any], *, output_dir: s
     return config_cls(output_dir=str(output_dir), seed=seed, data_seed=seed, report_to=report_to, **kw)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The learning-rate schedule a trainer will run, computed before it starts (`lr_schedule`).
+
+    `steps` optimizer steps (as the Trainer counts them: ceil(epochs x ceil(batches / accumulation)), or
+    `max_steps`), `warmup` warmup steps, `effective` steps whose learning rate is above 0 (the weights move),
+    `full_rate` the schedule's sum of learning rates over its peak (the run in steps at the full rate).
+    """
+
+    stage: str
+    steps: int
+    warmup: int
+    effective: int
+    full_rate: float
+    peak_lr: float
+    scheduler: str
+    examples: int | None
+    batch_size: int
+    accumulation: int
+    processes: int
+    epochs: float
+    max_steps: int
+
+
+def lr_schedule(config_cls: type, settings: Mapping[str, Any], n_examples: int | None, *, stage: str,
+                processes: int = 1) -> Schedule:
+    """The schedule `config_cls` (`SFTConfig` / `GRPOConfig`) built from `settings` gives on `n_examples` examples
+    over `processes` data-parallel processes, replayed step by step with transformers' own scheduler on a dummy
+    optimizer (so every `lr_scheduler_type`, warmup ratio and scheduler kwarg counts as in training). A setting
+    the config class refuses is a ConfigError naming `train.<stage>`."""
+    import math
+
+    import torch
+    from transformers import get_scheduler
+
+    from zcp.schemas import ConfigError
+
+    try:
+        args = trainer_args(config_cls, settings, output_dir="unused", seed=0, report_to="none", cpu=True)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"train.{stage.lower()}: {' '.join(str(e).split())}") from None
+    bs, ga = int(args.per_device_train_batch_size), int(args.gradient_accumulation_steps)
+    if args.max_steps > 0:
+        steps = int(args.max_steps)
+    else:
+        batches = math.ceil(int(n_examples or 0) / max(1, bs * max(1, processes)))
+        per_epoch = max(batches // ga + int(batches % ga > 0), 1)
+        steps = math.ceil(float(args.num_train_epochs) * per_epoch)
+    warmup = int(args.get_warmup_steps(steps))
+    name = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=float(args.learning_rate))
+    sched = get_scheduler(args.lr_scheduler_type, optimizer=opt, num_warmup_steps=warmup, num_training_steps=steps,
+                          scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
+    rates = []
+    for _ in range(steps):
+        rates.append(float(opt.param_groups[0]["lr"]))
+        opt.step()
+        sched.step()
+    peak = float(args.learning_rate)
+    return Schedule(stage=stage, steps=steps, warmup=warmup, effective=sum(r > 0 for r in rates),
+                    full_rate=round(sum(rates) / peak, 3) if peak > 0 else 0.0, peak_lr=peak, scheduler=name,
+                    examples=n_examples, batch_size=bs, accumulation=ga, processes=processes,
+                    epochs=float(args.num_train_epochs), max_steps=int(args.max_steps))
+
+
+def check_schedule(s: Schedule, fix: str, *, warn: bool = True) -> None:
+    """Refuse a schedule under which no optimizer step moves the weights; warn when it never reaches its peak.
+
+    The rule: ConfigError (one line, the numbers and `fix`, what to change) when no step runs at a learning rate
+    above 0 (a linear or cosine warmup starts at 0, so one optimizer step inside a warmup changes nothing: the
+    "trained" model would be bit-identical to its start); a WARNING when every step lies within the warmup
+    (steps <= warmup: the rate never reaches its peak), stating how many full-rate steps the run amounts to
+    (`warn=False`: refuse only, for a check on an upper bound of the examples).
+    """
+    from zcp.schemas import ConfigError
+
+    how = (f"{s.steps} optimizer step(s) (max_steps={s.max_steps})" if s.max_steps > 0 else
+           f"{s.steps} optimizer step(s) ({s.examples} examples / (batch {s.batch_size} x {s.accumulation} "
+           f"accumulation x {s.processes} process(es)) x {s.epochs:g} epoch(s))")
+    sched = f"{s.scheduler} schedule, warmup {s.warmup} step(s), peak learning rate {s.peak_lr:g}"
+    if s.effective == 0:
+        raise ConfigError(f"{s.stage}: {how} under a {sched}: no step runs at a learning rate above 0, so training "
+                          f"would leave the model unchanged; {fix}")
+    if warn and s.steps <= s.warmup:
+        log.warning("%s: %s, all within the warmup of a %s: the learning rate never reaches its peak and the run "
+                    "amounts to %.2f full-rate step(s); %s", s.stage, how, sched, s.full_rate, fix)
+
+
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     """The newest COMPLETE `checkpoint-N` folder under a trainer output dir (to resume after a kill), else None.
 
@@ -147,12 +237,20 @@ def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output
 
 def train_and_save(trainer: Any, output_dir: Any, adapter_dir: Any, stage: str) -> Any:
     """Train (resuming from the newest checkpoint in output_dir), save the adapter atomically on the main
-    process, and wait for every process; returns the trained model. Shared by the SFT and GRPO stages."""
+    process, and wait for every process; returns the trained model. Shared by the SFT and GRPO stages.
+
+    A write that fails on the way (a checkpoint on a full disk: torch raises a bare "unexpected pos"
+    RuntimeError) is re-raised as the OSError naming the folder and the errno (`zcp.io.as_write_error`), which
+    the entry points print as one line; the checkpoints written before it stay, so a rerun resumes."""
+    from zcp.io import naming_write_errors
+
     ckpt = last_checkpoint(output_dir)
     if ckpt:
         log.info("%s: resuming from %s", stage, ckpt)
-    trainer.train(resume_from_checkpoint=ckpt)
+    with naming_write_errors(output_dir):  # a checkpoint that cannot be written: one line naming the disk
+        trainer.train(resume_from_checkpoint=ckpt)
     if trainer.accelerator.is_main_process:
-        save_adapter_atomic(trainer.model, adapter_dir)
+        with naming_write_errors(adapter_dir):
+            save_adapter_atomic(trainer.model, adapter_dir)
     trainer.accelerator.wait_for_everyone()
     return trainer.model
