@@ -12,12 +12,13 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.ablations import run_ablations
-from zcp.config import one_line_errors  # also registers the typed config groups
+from zcp.config import one_line_errors, validate  # also registers the typed config groups
 
 
 @hydra.main(config_path="../conf", config_name="ablations", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="ablations")  # every key typed and in range before anything is read or loaded
     run_ablations(cfg)
 
 

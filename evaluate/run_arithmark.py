@@ -10,7 +10,7 @@ Outputs go to the Hydra run directory; rerunning with the same `hydra.run.dir` r
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors
+from zcp.config import one_line_errors, validate
 from zcp.data.arithmark import run_arithmark
 
 
@@ -18,6 +18,7 @@ from zcp.data.arithmark import run_arithmark
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: all logic lives in `zcp.data.arithmark.run_arithmark`."""
+    validate(cfg, job="arithmark")  # every key typed and in range before anything is read or loaded
     run_arithmark(cfg)
 
 

@@ -12,13 +12,14 @@ command resumes it) and logs to W&B (offline by default; logger=none to skip).
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver and typed groups
+from zcp.config import one_line_errors, validate  # registers the ${zcp.asset:...} resolver, typed groups
 from zcp.detectors.run import run_baselines  # registers the baselines_schema of conf/baselines.yaml
 
 
 @hydra.main(config_path="../conf", config_name="baselines", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="baselines")  # every key typed and in range before anything is read or loaded
     run_baselines(cfg)
 
 

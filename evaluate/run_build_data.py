@@ -13,12 +13,13 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.build_data import build_data
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 
 
 @hydra.main(config_path="../conf", config_name="build_data", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="build_data")  # every key typed and in range before anything is read or loaded
     build_data(cfg)
 
 

@@ -14,12 +14,13 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.calibration import run_calibration
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 
 
 @hydra.main(config_path="../conf", config_name="calibration", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="calibration")  # every key typed and in range before anything is read or loaded
     run_calibration(cfg)
 
 

@@ -10,13 +10,14 @@ Writes config.yaml, records.jsonl, summary.json, table.md and c_cont.png to the 
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.detect import run_detect
 
 
 @hydra.main(config_path="../conf", config_name="detect", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="detect")  # every key typed and in range before anything is read or loaded
     run_detect(cfg)
 
 

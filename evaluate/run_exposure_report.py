@@ -8,15 +8,18 @@ Reads <root>/<name>__*/exposure.json and detect/simulation_summary.json; writes 
 
 import sys
 
+from zcp.config import ConfigError, one_line_errors, validate
 from zcp.exposure import write_report
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
+    bad = [a for a in argv if "=" not in a]
+    if bad:
+        raise ConfigError(f"argument {bad[0]!r}: use root=DIR, name=NAME, out=DIR")
     kw = dict(a.split("=", 1) for a in argv)
-    unknown = set(kw) - {"root", "name", "out"}
-    if unknown:
-        raise SystemExit(f"unknown argument(s) {sorted(unknown)}; use root=, name=, out=")
-    write_report(kw.get("root", "outputs/contaminate"), kw.get("name", "exposure"), kw.get("out"))
+    job = validate(kw, job="exposure_report")["__job__"]  # unknown arguments refused (zcp.schemas.ExposureReportJob)
+    write_report(job.root, job.name, job.out)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ Writes report.md, report.json and PNG plots to outputs/report/study__<hash>/ (or
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors  # also registers the typed config groups
+from zcp.config import one_line_errors, validate  # also registers the typed config groups
 from zcp.study import run_report
 
 
 @hydra.main(config_path="../conf", config_name="report", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="report")  # every key typed and in range before anything is read or loaded
     run_report(cfg)
 
 

@@ -20,13 +20,14 @@ default; logger=none to skip).
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.simulate import run_simulation
 
 
 @hydra.main(config_path="../conf", config_name="contaminate", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="contaminate")  # every key typed and in range before anything is read or loaded
     run_simulation(cfg)
 
 

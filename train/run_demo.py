@@ -10,13 +10,14 @@ and U for the fine-tuned and the base model; prints Table 6 and Table 7 analogue
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors  # also registers the ${zcp.asset:...} resolver
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.simulate import run_simulation
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="demo")  # every key typed and in range before anything is read or loaded
     run_simulation(cfg)
 
 

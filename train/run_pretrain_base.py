@@ -11,13 +11,14 @@ checkpoint with RECIPE.md and recipe.json beside it.
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors
+from zcp.config import one_line_errors, validate
 from zcp.modeling import run_pretrain_base
 
 
 @hydra.main(config_path="../conf", config_name="pretrain_base", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    validate(cfg, job="pretrain_base")  # every key typed and in range before anything is read or loaded
     run_pretrain_base(cfg)
 
 

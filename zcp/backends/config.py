@@ -142,6 +142,10 @@ class ModelConfig:
             check_value(getattr(self, key) >= 1, f"model.{key}", getattr(self, key), ">= 1")
         check_value(isinstance(self.chat_template_kwargs, dict), "model.chat_template_kwargs",
                     self.chat_template_kwargs, "a mapping (e.g. {enable_thinking: false})")
+        if self.backend != "openai":  # a served model runs elsewhere: its device is not this machine's
+            from zcp.schemas import check_device
+
+            check_device(self.device, "model.device")
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:

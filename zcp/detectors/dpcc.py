@@ -72,6 +72,16 @@ class DPCC(Detector):
             raise ValueError(f"n_rewrites must be >= 1, not {n_rewrites!r}")
         self.n_rewrites = int(n_rewrites)
         self.paraphraser = str(paraphraser)
+        if self.paraphraser != "auto":  # checked now: the rewrites run after the model has loaded
+            from zcp.paraphrase import get_paraphraser
+
+            try:
+                get_paraphraser(self.paraphraser)
+            except KeyError as e:
+                raise ValueError(f"paraphraser={self.paraphraser!r}: {e.args[0]}; or auto") from None
+            except TypeError:  # a model-based paraphraser (llm): dpcc loads no paraphrasing model
+                raise ValueError(f"paraphraser={self.paraphraser!r} needs a model, which dpcc does not load; "
+                                 "use auto, rules or template") from None
 
     def score_items(self, backend: Backend, items: Sequence[Item], ctx: DetectorContext) -> list[dict[str, Any]]:
         """Losses of every original and rewrite in one pass, then RMIA per item."""

@@ -58,10 +58,11 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from zcp.backends.config import ModelConfig
 from zcp.data.schema import DataError, Item
 from zcp.detectors.base import DetectorContext, auroc, get_detector, spec_of, tpr_at_fpr
 from zcp.io import RunDirError, RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
-from zcp.schemas import ConfigError, check_value
+from zcp.schemas import ConfigError, DataConfig, LoggerConfig, check_value
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +94,11 @@ class BaselinesConfig:
     bootstrap_samples: int = 10_000  # Monte Carlo relabellings of those tests
     zcp_records: Any = None  # a ZCP detection run's records.jsonl (zcp_* detectors)
     progress: bool = False  # the backend's progress bars
-    model: Any = None
-    data: Any = None
-    ref_model: Any = None
-    logger: Any = None
+    # typed loosely for composition (each is its own group); zcp.schemas.validate checks them as `schema`
+    model: Any = field(default=None, metadata={"schema": ModelConfig})
+    data: Any = field(default=None, metadata={"schema": DataConfig})
+    ref_model: Any = field(default=None, metadata={"schema": ModelConfig})
+    logger: Any = field(default=None, metadata={"schema": LoggerConfig})
 
     def __post_init__(self) -> None:
         check_value(0.0 < self.alpha < 1.0, "alpha", self.alpha, "in (0, 1)")
@@ -104,6 +106,29 @@ class BaselinesConfig:
         check_value(len(self.detectors) >= 1, "detectors", list(self.detectors), "a non-empty list")
         check_value(len(set(self.detectors)) == len(self.detectors), "detectors", list(self.detectors),
                     "a list without repeats")
+        check_detectors(list(self.detectors), dict(self.params or {}))
+
+
+def check_detectors(detectors: list[str], params: dict[str, Any]) -> None:
+    """Every detector name known, every params entry (selected or not: a typo must not pass silently) a known
+    detector given a mapping of parameters its constructor takes; ConfigError naming the key."""
+    for name in detectors:
+        try:
+            spec_of(name)
+        except KeyError as e:
+            raise ConfigError(f"detectors: {e.args[0]}") from None
+    for name, value in params.items():
+        try:
+            spec_of(name)
+        except KeyError as e:
+            raise ConfigError(f"params: {e.args[0]}") from None
+        check_value(value is None or isinstance(value, dict), f"params.{name}", value,
+                    "a mapping of the detector's parameters")
+    for name in sorted(set(detectors) | set(params)):
+        try:
+            get_detector(name, **dict(params.get(name) or {}))
+        except ValueError as e:
+            raise ConfigError(f"params.{name}: {e}") from None
 
 
 def register_schema() -> None:
@@ -154,26 +179,9 @@ def check_config(cfg: Any) -> tuple[BaselinesConfig, dict[str, Any]]:
     name and its params (ConfigError, one line naming the key). Returns the job config and detector params."""
     from zcp.config import to_dict, validate
 
-    validate(cfg)
+    job = validate(cfg, job="baselines")["__job__"]  # every key at every depth; detectors and params: __post_init__
     d = to_dict(cfg)
-    job = BaselinesConfig(**{k: d.get(k) for k in ("seed", "detectors", "alpha", "bootstrap_samples")
-                             if d.get(k) is not None})
     params = {k: dict(v or {}) for k, v in (d.get("params") or {}).items()}
-    for name in job.detectors:
-        try:
-            spec_of(name)
-        except KeyError as e:
-            raise ConfigError(f"detectors: {e.args[0]}") from None
-    for name in params:  # every params entry is checked, selected or not (a typo must not pass silently)
-        try:
-            spec_of(name)
-        except KeyError as e:
-            raise ConfigError(f"params: {e.args[0]}") from None
-    for name in sorted(set(job.detectors) | set(params)):
-        try:
-            get_detector(name, **params.get(name, {}))
-        except ValueError as e:
-            raise ConfigError(f"params.{name}: {e}") from None
     return job, params
 
 

@@ -69,7 +69,8 @@ class RealOriginalsSettings:
 
     models: Mapping[str, str] = field(default_factory=dict)  # name -> model folder (shipped models, sham runs' model/)
     base: str | None = "base_model"  # the model every other one is paired with for the DiD rows (None: no DiD)
-    pools: Mapping[str, Any] = field(default_factory=dict)  # name -> PoolSpec fields
+    # name -> PoolSpec fields (zcp.schemas.validate checks each pool against PoolSpec: the metadata's schema)
+    pools: Mapping[str, Any] = field(default_factory=dict, metadata={"schema": dict[str, PoolSpec]})
     exclude: Sequence[str] = ("auto",)  # reference exclusions for every pool (+ each model's training_items.jsonl)
     m: int = 9
     sizes: Sequence[int] = (50, 100)
