@@ -61,6 +61,15 @@ def _space_set(family: str, limits: Any) -> frozenset[tuple[int, ...]]:
     return frozenset(word_problem_value_space(family, limits))
 
 
+@functools.lru_cache(maxsize=64)
+def _space_keys(family: str, limits: Any) -> tuple[str, ...]:
+    """The exclusion key (signature) of every value combination of `word_problem_value_space`, in its order."""
+    from zcp.data.wordproblems import FAMILIES
+
+    names = [n for n, _ in FAMILIES[family].inputs]
+    return tuple(_wp_key(family, names, v) for v in word_problem_value_space(family, limits))
+
+
 def _wp_key(family: str, names: Sequence[str], vals: Sequence[int]) -> str:
     from zcp.data.wordproblems import _signature
 
@@ -112,7 +121,8 @@ class ExactWordProblems:
             if (family, limits) not in pools:
                 names = [n for n, _ in FAMILIES[family].inputs]
                 space = word_problem_value_space(family, limits)
-                free = [v for v in space if _wp_key(family, names, v) not in ctx.exclude]
+                free = ([v for v, k in zip(space, _space_keys(family, limits), strict=True) if k not in ctx.exclude]
+                        if ctx.exclude else list(space))
                 mine = set()
                 for it in bench:
                     if it.metadata.get("family") == family and "values" in it.metadata:
