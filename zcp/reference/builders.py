@@ -125,7 +125,16 @@ def _reasons_am(item: Item) -> list[str]:
 
 
 class GSM8KReferences:
-    """`reference.method=gsm8k`: the calculator annotations re-executed on new numbers (`perturb_gsm8k`)."""
+    """`reference.method=gsm8k`: the calculator annotations re-executed on new numbers, features matched.
+
+    Each draw keeps the answer's leading digit, digits, sign and roundness and the question's round numbers;
+    answers whose leading digit must change (one-digit, one significant digit, or fixed by the program) get new
+    digits whose distribution matches the originals' over the benchmark, and what no item can keep alone
+    (an answer equal to or starting like a question number) is balanced over the benchmark
+    (`zcp.reference.gsm8k.build_gsm8k_references`). Special cases (`zcp.reference.gsm8k.special_case_reasons`
+    by rule, and what the draws show) follow `BuildContext.special_cases` as for `_PerDrawMatched`: drop (a
+    rejection naming the reasons) or keep (draws flagged ``special_case``). The report counts both kinds.
+    """
 
     name = "gsm8k"
     law = "matched"
@@ -135,18 +144,17 @@ class GSM8KReferences:
         return data_format == "gsm8k"
 
     def build(self, items: Sequence[Item], m: int, ctx: BuildContext) -> ReferenceSet:
-        from zcp.reference.gsm8k import perturb_gsm8k
+        from zcp.reference.gsm8k import build_gsm8k_references, special_case_reasons
 
-        refs: dict[str, list[Item]] = {}
-        rejections: list[dict[str, Any]] = []
-        for it in progress(items, "reference (gsm8k)"):
-            res = perturb_gsm8k(it, m, ctx.seed)
-            if res.items:
-                refs[it.id] = list(res.items)
-            if res.reason:
-                rejections.append({"id": it.id, "row": it.metadata.get("row"), "reason": res.reason,
-                                   "kept": len(res.items)})
-        return ReferenceSet(refs=refs, rejections=rejections)
+        todo, rejections, special = _special_split(items, ctx, special_case_reasons)
+        refs, more, found = build_gsm8k_references(todo, m, ctx.seed, ctx.special_cases, special, progress)
+        by_draws = found["found_by_draws"]
+        report = {"special_cases": {"policy": ctx.special_cases, "kept": len(special) + by_draws["kept"],
+                                    "dropped": len(items) - len(todo) + by_draws["dropped"],
+                                    "by_rule": {"kept": len(special), "dropped": len(items) - len(todo)},
+                                    "found_by_draws": by_draws},
+                  "lead_transport": found["lead_transport"], "structure_balance": found["structure_balance"]}
+        return ReferenceSet(refs=refs, rejections=[*rejections, *more], report=report)
 
 
 class LLMReferences:

@@ -17,20 +17,50 @@ sometimes as plain equations (``99 + 5 = $104``). They form the item's computati
    never perturbed;
 4. draws new values for the question numbers that feed the chain: each is the old value times a
    log-symmetric factor (as likely down as up, so the references are not systematically larger than a
-   benchmark whose numbers skew small), round numbers stay round, integers stay integers and decimals
-   stay decimals, percentages in (0, 100]; re-executes the chain and validates: every whole
-   intermediate stays whole, signs are kept, decimals stay short, every reading of every literal still
-   agrees, the final answer changes but keeps its sign and number of digits, and the rewritten question
-   contains exactly the new numbers and no impossible calendar or clock quantity ("30 hours a day",
-   `scan_impossible_quantities`);
+   benchmark whose numbers skew small), round numbers stay round and the others off the multiples of
+   10, integers stay integers and decimals stay decimals, percentages in (0, 100], and no new value
+   repeats a number of the question (equal numbers stay the only equal ones); re-executes the chain and
+   validates: every whole intermediate stays whole, signs are kept, decimals stay short, every reading
+   of every literal still agrees, the final answer changes but keeps its sign and number of digits and
+   never becomes 0, 1, 10, 100 or 1000, and the rewritten question contains exactly the new numbers
+   and no impossible calendar or clock quantity ("30 hours a day", `scan_impossible_quantities`);
 5. rewrites the question and the worked solution (the steps, the numbers of the prose around them; a
    whole number prints without ".0", "a"/"an" before a rewritten number agrees with it) and checks
    that every rewritten step evaluates to its stated result.
 
-Difficulty matching: the m draws of an item target bins of the answer's log-change (smaller or larger,
-by up to or beyond a factor sqrt 2) in the proportions a symmetric log-step restricted to the answer's
-digit range gives (`draw_targets`), so over a benchmark references are about as often larger as smaller
-and the leading digits of the answers keep their distribution (what the zero-CoT probe's p_first scores).
+Matching what a clean model responds to (issue 17; measured by `zcp.reference.shift.feature_shift`).
+The test needs each original to be exchangeable with its draws, and a clean model's zero-CoT scores
+respond to the answer's leading digit (the first answer token of a digit-split tokenizer), special
+values, round numbers, an answer that repeats or starts like a number of the question, and the
+question's round numbers. So:
+
+- **The answer's class** (`keeps_answer_class`): a reference answer keeps the original's first
+  significant digit, sign, number of digits, roundness (the largest power of ten dividing it: 250 stays
+  a multiple of 10 but not of 100, 1500 of 100 but not of 1000, 48 off the multiples of 10) and
+  whole-ness, and is never a special value (0, 1, 10, 100, 1000). Within the class (`answer_band`:
+  48 -> 41..49, 250 -> 210..290) the m draws target bins of the answer's log-change in
+  the proportions a symmetric log-step restricted to the band gives (`draw_targets` with bounds), so
+  references are about as often larger as smaller: the former digit-range difficulty targeting, kept
+  and narrowed to the band (the leading-digit rule subsumes the digit count it kept).
+- **Answers whose leading digit cannot be kept**: a one-digit answer (the digit is the answer, which
+  must change), an answer with one significant digit (20, 90, 300, 5000: the only number that round
+  with that digit and as many digits is itself), and an
+  answer whose program gives no valid draw its leading digit (35 = 5 x 7 reaches 28 and 42, never 3x)
+  keep everything else and take a new leading digit. How many of an item's draws go to each digit is a
+  benchmark-level transport (`lead_transport`: a linear program over the digits each item's valid draws
+  reach, other than its own), so that the references' leading-digit distribution, item-averaged as the
+  test averages them, equals the originals'; near digits first. Where the draws cannot balance a digit,
+  items with it are left out under ``special_cases="drop"`` (kept, unbalanced, under "keep").
+- **The question's structure**: equal question numbers are one variable and move together, and no new
+  equality appears; the builder takes only draws with as many round question numbers as the original
+  (`structure="require"`); draws whose answer equals / starts like a question number as the original's
+  does come first (`_pick`), and what the items cannot keep of these two is balanced over the benchmark
+  (`balance_structure`, swapping draws of the same target).
+- **Special cases** (`special_case_reasons`, and what the draws show): an answer of 0, 1, 10, 100 or
+  1000, equal question numbers that fix the answer, an item no valid draw keeps the answer's form for
+  (a round answer with no round alternative), or keeps it together with the question's round numbers.
+  The builder (`build_gsm8k_references`, `reference.special_cases`) drops them with the reason or keeps
+  them with flagged draws.
 
 The executed chain is the source of truth for the new answer. An item is rejected, with its reason,
 whenever the chain cannot be trusted: a literal no reading explains, a value computed in prose without
@@ -41,6 +71,7 @@ step), a final answer no step computes. Nothing is dropped silently.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import random
@@ -53,6 +84,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from zcp.data.schema import DataError, Item
 from zcp.io import read_jsonl, stable_hash
 from zcp.reference.matching import (  # re-exported: the GSM8K API and its tests use these names
@@ -63,24 +96,41 @@ from zcp.reference.matching import (  # re-exported: the GSM8K API and its tests
     draw_targets,
     fallback_bins,
     p_larger,  # noqa: F401 - re-exported for callers of zcp.reference.gsm8k
+    tens,
 )
 from zcp.reference.matching import round_quantum as _quantum
 from zcp.reference.matching import roundness as _roundness
+from zcp.reference.shift import SPECIAL_VALUES
 
 __all__ = [
+    "LEAD_TARGETS",
     "Chain",
+    "DrawPool",
     "PerturbResult",
     "Step",
+    "answer_band",
     "answer_digits",
     "article_for",
+    "balance_structure",
+    "build_gsm8k_references",
     "calendar_limit",
+    "choose_draws",
+    "collect_draws",
     "extract_quantities",
+    "flexible_class",
     "format_number",
     "gsm8k_item",
+    "is_round",
+    "is_special",
+    "keeps_answer_class",
+    "keeps_answer_form",
+    "lead_transport",
     "parse_chain",
     "perturb_gsm8k",
     "perturb_gsm8k_file",
     "scan_impossible_quantities",
+    "significant_lead",
+    "special_case_reasons",
 ]
 
 # ------------------------------------------------------------------------------------------- numbers
@@ -685,12 +735,14 @@ class Variable:
         keeps the value's order of magnitude (a benchmark's numbers skew small; a draw uniform over
         the digit range would make references systematically larger); `lean` +1 (-1) makes the factor
         above (below) 1 three times in four, for a draw aimed at a larger (smaller) answer. The result is rounded to the
-        written decimals, a round number stays round at its new magnitude (100 -> 70 or 200, 15 ->
-        10, 8 or 25), and it must pass `admissible`. Returns the old value when 20 tries fail.
+        written decimals and must pass `admissible`; with `keep_roundness` a round number stays round at
+        its new magnitude (100 -> 70 or 200, 15 -> 5 or 25), a whole multiple of 10 stays one (10 -> 20,
+        never 7) and any other whole number stays off them (7 -> 12, never 10; 23 -> 31, never 30). Returns the old value when 20 tries fail.
         """
         scale = 10**self.decimals
         u = int(self.value * scale)
         g = _roundness(u) if keep_roundness else 1
+        round_class, tenth = keep_roundness, 10 * scale  # "$10.00": a multiple of 10 in dollars
         log_s = math.log(spread)
         whole = self.value.denominator == 1
         top = 100 * scale if self.percent and self.value <= 100 else None
@@ -698,12 +750,14 @@ class Variable:
             step = rng.uniform(0.0, log_s)
             up = rng.random() < (0.75 if lean > 0 else 0.25 if lean < 0 else 0.5)
             x = u * math.exp(step if up else -step)
-            q = _quantum(g, u, x)
+            q = _quantum(g, u, x) if g > 1 else 1
             k = max(1, math.floor(x / q + 0.5)) * q
             # the checks of `admissible`, on integers (this loop is the hot path of a reference build)
             if k == u or k < 2 or (k % scale == 0) != whole or (top is not None and k > top) \
                     or not u <= k * MAX_SPREAD or not k <= u * MAX_SPREAD:
                 continue
+            if round_class and (k % tenth == 0) != (u % tenth == 0):
+                continue  # a multiple of 10 stays one (10 -> 20, never 7) and any other number stays off them
             return Fraction(k, scale)
         return self.value
 
@@ -733,11 +787,30 @@ class _Analysis:
     frozen_values: dict[str, str]  # value -> reason it stays (for the report)
     relations: list[tuple[Any, str, tuple[Any, ...]]] = field(default_factory=list)  # checked per draw
     compiled: dict[int, Any] | None = None
+    used: set[int] = field(default_factory=set)  # variables some literal of the chain may stand for
+    answer_vars: set[int] = field(default_factory=set)  # variables the symbolic answer depends on
 
 
-def _analyse(item: Item) -> _Analysis:
-    """Parse, bind and disambiguate; raises ValueError with the reason when the item cannot be used."""
+def _analyse(item: Item, strict: bool = True) -> _Analysis:
+    """Parse, bind and disambiguate; raises ValueError with the reason when the item cannot be used.
+
+    `strict=False` returns the analysis even when nothing can be perturbed or the answer depends on no
+    perturbable number (`special_case_reasons` inspects such items: x - x, x / x). The analysis (sympy
+    work) is cached per item text: the builder asks for the special-case rules and then for the draws."""
+    an = _analysis_of(item.id, item.question, item.solution, item.answer)
+    if strict and not an.free:
+        raise ValueError("no question number that feeds the computation can be perturbed"
+                         + (f" (kept: {an.frozen_values})" if an.frozen_values else ""))
+    if strict and not an.answer_vars & (set(an.free) | set(an.dependent)):
+        raise ValueError("the final answer does not depend on any perturbable question number")
+    return an
+
+
+@functools.lru_cache(maxsize=2048)
+def _analysis_of(item_id: str, question: str, solution: str | None, answer: str) -> _Analysis:
     import sympy
+
+    item = Item(id=item_id, question=question, answer=answer, solution=solution)
 
     if not item.solution:
         raise ValueError("no worked solution")
@@ -875,14 +948,10 @@ def _analyse(item: Item) -> _Analysis:
     # a variable the dependents are computed from is free even if the chain does not use it directly
     for e in dependent.values():
         free = sorted(set(free) | {int(str(s)[1:]) for s in e.free_symbols})
-    if not free:
-        raise ValueError("no question number that feeds the computation can be perturbed"
-                         + (f" (kept: {frozen_values})" if frozen_values else ""))
     final_syms = getattr(sym_results[chain.final_step], "free_symbols", set())
-    if not {int(str(s)[1:]) for s in final_syms} & (set(free) | set(dependent)):
-        raise ValueError("the final answer does not depend on any perturbable question number")
+    answer_vars = {int(str(s)[1:]) for s in final_syms}
     return _Analysis(question, chain, quantities, variables, candidates, bindings, free, dependent, symbols,
-                     frozen_values, checks)
+                     frozen_values, checks, used=used, answer_vars=answer_vars)
 
 
 def _relations(quantities: list[Quantity], variables: list[Variable], used: set[int]
@@ -1134,15 +1203,17 @@ _STAGE_SPREAD = (SPREAD, 2.5, MAX_SPREAD)
 def _sample(an: _Analysis, rng: random.Random, stage: int, direction: int = 0,
             leanings: dict[int, int] | None = None) -> tuple[dict[int, Fraction] | None, str]:
     """Draw new values near the old ones (`Variable.draw`): stage 0 all free variables, round numbers
-    stay round, factors in [1/2, 2]; stage 1 any last digit, factors up to 2.5; stage 2 up to 3 and
-    also a random subset of the free variables (the others keep their values).
+    stay round (and the others off the multiples of 10), factors in [1/2, 2]; stage 1 factors up to 2.5,
+    half the draws with any last digit; stage 2 up to 3 and also a random subset of the free variables
+    (the others keep their values).
 
     `direction` (+1 a larger answer, -1 a smaller one) leans each draw the way that moves the answer
     there (`leanings`), 3 times in 4; the draws of both directions together stay symmetric."""
     chosen = list(an.free)
     if stage >= 2 and len(chosen) > 1:
         chosen = rng.sample(chosen, rng.randint(1, len(chosen) - 1))
-    new = {vi: an.variables[vi].draw(rng, keep_roundness=stage == 0, spread=_STAGE_SPREAD[stage],
+    keep = stage == 0 or rng.random() < 0.5
+    new = {vi: an.variables[vi].draw(rng, keep_roundness=keep, spread=_STAGE_SPREAD[stage],
                                      lean=direction * (leanings or {}).get(vi, 0))
            for vi in chosen}
     if an.dependent:
@@ -1229,17 +1300,143 @@ def _map_text(text: str, local: dict[Fraction, list[Fraction]], global_map: dict
     return _substitute(text, repl)
 
 
+# ------------------------------------------------------------------------------- the answer's class
+
+# Leading digits a flexible answer (see `flexible_class`) may be given: 1 would make it 1 or 10, special values.
+LEAD_TARGETS = tuple(range(2, 10))
+PERFECT = (0, 0, 0)
+
+
+def significant_lead(value: Fraction | int) -> int:
+    """The first significant digit of |value| (48 -> 4, 0.75 -> 7, -300 -> 3; 0 -> 0): the answer's first
+    token under a digit-split tokenizer, and the digit `zcp.reference.shift` reports."""
+    a = abs(Fraction(value))
+    if a == 0:
+        return 0
+    while a >= 10:
+        a /= 10
+    while a < 1:
+        a *= 10
+    return int(a)
+
+
+def _exponent(a: Fraction) -> int:
+    """floor(log10 a) for a > 0, exactly."""
+    e = len(str(int(a))) - 1 if a >= 1 else 0
+    while a < Fraction(10) ** e:
+        e -= 1
+    return e
+
+
+def is_round(value: Fraction | int) -> bool:
+    """A whole nonzero multiple of 10 (what `zcp.reference.shift` counts as a round answer)."""
+    v = Fraction(value)
+    return v.denominator == 1 and v != 0 and v % 10 == 0
+
+
+def is_special(value: Fraction | int) -> bool:
+    """A whole value whose magnitude is one of `zcp.reference.shift.SPECIAL_VALUES` (0, 1, 10, 100, 1000)."""
+    v = Fraction(value)
+    return v.denominator == 1 and abs(v) in SPECIAL_VALUES
+
+
+def flexible_class(answer: Fraction | int) -> str | None:
+    """The class of an answer whose leading digit cannot be kept with its roundness: "one-digit" (|answer|
+    0-9: the digit is the answer, which must change) or "one significant digit" (10, 20, ..., 90, 300,
+    5000: the only number as round, with that leading digit and as many digits, is the answer itself);
+    None for every other answer."""
+    a = abs(Fraction(answer))
+    if a.denominator != 1:
+        return None
+    if a <= 9:
+        return "one-digit"
+    if significant_lead(a) * tens(int(a)) == a:
+        return "one significant digit"
+    return None
+
+
+def _tens(value: Fraction) -> int:
+    """The largest power of ten dividing a whole value (1 for 23, 10 for 250, 100 for 1500); 0 otherwise."""
+    return tens(int(value)) if value.denominator == 1 else 0
+
+
+def answer_band(answer: Fraction | int) -> tuple[Fraction, Fraction] | None:
+    """(lo, hi): the smallest and largest |reference answer| that keeps the answer's class (for a fraction,
+    hi is the open end): same leading digit, digits and roundness, never a special value. 48 -> (41, 49);
+    250 -> (210, 290); 1500 -> (1100, 1900); 2.5 -> (2, 3). None for a `flexible_class` answer."""
+    a = abs(Fraction(answer))
+    if a == 0 or flexible_class(a):
+        return None
+    d, e = significant_lead(a), _exponent(a)
+    lo, hi = d * Fraction(10) ** e, (d + 1) * Fraction(10) ** e
+    if a.denominator != 1:
+        return lo, hi
+    step = _tens(a)  # lo = d * 10^e is rounder than the answer: never in its class
+    return lo + step, hi - step
+
+
+def keeps_answer_class(old: Fraction, new: Fraction) -> bool:
+    """Whether a reference answer keeps the original's class beyond the sign and digits `_try` checks: its
+    form (`keeps_answer_form`) and the same first significant digit, or for a `flexible_class` answer
+    another one (its references' digits are matched to the benchmark's by `lead_transport`)."""
+    if not keeps_answer_form(old, new):
+        return False
+    same = significant_lead(new) == significant_lead(old)
+    return not same if flexible_class(old) else same
+
+
+def keeps_answer_form(old: Fraction, new: Fraction) -> bool:
+    """`keeps_answer_class` but for the leading digit: whole stays whole, as round as before (the same
+    largest power of ten dividing it: 250 -> 270, 1500 -> 1200, 300 -> 700, 48 -> 43, never 1510, 250 or
+    40), and no special value (0, 1, 10, 100, 1000)."""
+    return _tens(old) == _tens(new) and (old.denominator == 1) == (new.denominator == 1) and not is_special(new)
+
+
+def _class_description(answer: Fraction) -> str:
+    digits = f"{answer_digits(answer)} digit{'s' if answer_digits(answer) > 1 else ''}"
+    g = _tens(answer)
+    form = ("a fraction" if answer.denominator != 1 else "off the multiples of 10" if g == 1
+            else f"a multiple of {g} but not of {10 * g}")
+    lead = (f"a leading digit in 2-9 other than {significant_lead(answer)}" if flexible_class(answer)
+            else f"leading digit {significant_lead(answer)}")
+    return f"{lead}, {digits}, {form}, not 0, 1, 10, 100 or 1000"
+
+
+def _digit_values(an: _Analysis, changed: dict[Fraction, Fraction]) -> list[Fraction]:
+    """The numbers written in digits in the question after a draw (what `zcp.reference.shift` reads)."""
+    return [changed.get(q.value, q.value) for q in an.quantities if q.kind == "digit"]
+
+
+def _structure(answer: Fraction, values: Sequence[Fraction]) -> tuple[bool, bool, tuple[bool, ...]]:
+    """(answer equals a question number, answer starts like a question number, which numbers are round)."""
+    leads = {significant_lead(x) for x in values if x != 0}
+    return (answer in values, answer != 0 and significant_lead(answer) in leads, tuple(is_round(x) for x in values))
+
+
+def _mismatch(base: tuple[bool, bool, tuple[bool, ...]], other: tuple[bool, bool, tuple[bool, ...]]
+              ) -> tuple[int, int, int]:
+    """(answer-equals-a-question-number differs, answer-leads-like-one differs, question numbers whose
+    roundness changed): PERFECT is a draw that keeps all three; tuples compare in order of importance."""
+    return (int(base[0] != other[0]), int(base[1] != other[1]),
+            sum(a != b for a, b in zip(base[2], other[2], strict=True)))
+
+
 # --------------------------------------------------------------------------------------------- API
 
 
 @dataclass
 class PerturbResult:
-    """Reference draws for one item: `items` (up to m), and `reason` when fewer than m were produced."""
+    """Reference draws for one item: `items` (up to m), and `reason` when fewer than m were produced.
+
+    `special_case`: why no draw can keep the answer's class (`keeps_answer_class`), when none can; its
+    draws (under ``special_cases="keep"``) are then the best of the others, flagged in their metadata."""
 
     original_id: str
     items: list[Item] = field(default_factory=list)
     reason: str | None = None
     attempts: int = 0
+    special_case: list[str] = field(default_factory=list)
+    picks: list[tuple[Any, bool]] = field(default_factory=list, repr=False)  # the draws behind `items`
 
     @property
     def ok(self) -> bool:
@@ -1247,52 +1444,141 @@ class PerturbResult:
         return self.reason is None
 
 
-def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> PerturbResult:
-    """Up to `m` distinct exact isomorphic perturbations of a GSM8K item, or the reason why not.
+@dataclass
+class _Cand:
+    draw: _Draw
+    answer: Fraction
+    mismatch: tuple[int, int, int]
+    round_delta: int = 0  # round question numbers in the draw minus in the original
+    item: Item | None = None  # the validated reference (made as draw 0), None until checked
 
-    Draws change every free question quantity at once, each by a log-symmetric factor around its old
-    value, keeping round numbers round; later in the attempt budget they drop the roundness and widen
-    the factor, then also try subsets (a divisibility constraint can make changing all of them at once
-    impossible). Each draw is re-executed and validated (see the module docstring); the answer keeps
-    its sign and number of digits, and no calendar or clock quantity becomes impossible.
+    @property
+    def clean(self) -> bool:
+        """Keeps the question's round numbers: as many of its numbers are multiples of 10 as in the original
+        (what `structure="require"` insists on; the answer equal to or starting like a question number is
+        only preferred, `_pick`)."""
+        return self.round_delta == 0
 
-    Difficulty matching: each of the m draws targets a bin of the answer's change (smaller or larger,
-    by up to or beyond a factor sqrt 2; `draw_targets`), and proposals lean the way that moves the
-    answer there (`_leanings`). A bin no valid draw reaches within the budget is given up for the
-    nearest one that has draws (an answer of 10 cannot get smaller and keep two digits).
-    Deterministic in (item id, seed).
-    """
+
+@dataclass
+class DrawPool:
+    """The valid draws of one item, collected once (`collect_draws`) and chosen from later (`choose_draws`):
+    the benchmark builder collects every item first, so that the leading digits of the references whose
+    leading digit must change can be matched across the benchmark (`lead_transport`)."""
+
+    item: Item
+    m: int
+    reason: str | None = None  # why the item has no draws at all (its chain cannot be used)
+    analysis: _Analysis | None = None
+    flexible: str | None = None
+    matched: dict[int, list[_Cand]] = field(default_factory=dict)  # by bin (banded answers) or leading digit
+    alt: dict[int, list[_Cand]] = field(default_factory=dict)  # banded answers: the form kept, another leading digit
+    outside: dict[int, list[_Cand]] = field(default_factory=dict)  # draws off the class, by digit-range bin
+    targets: list[int] = field(default_factory=list)  # bins of the m draws (banded answers)
+    outside_targets: list[int] = field(default_factory=list)
+    rng: random.Random = field(default_factory=random.Random)
+    attempts: int = 0
+    failures: Counter = field(default_factory=Counter)
+    base_findings: tuple[Counter, int] | None = None
+    base: tuple[bool, bool, tuple[bool, ...]] | None = None  # the original's `_structure`
+
+    def validate_alt(self) -> None:
+        """Check the rewritten items of the other-leading-digit draws now (they are checked lazily), so that
+        `lead_capacity` counts only draws that pass every check."""
+        self.alt = self._validated(self.alt)
+
+    def validate_outside(self) -> None:
+        """Check the rewritten items of the draws off the answer's class now (they are checked lazily)."""
+        self.outside = self._validated(self.outside)
+
+    def _validated(self, pools: dict[int, list[_Cand]]) -> dict[int, list[_Cand]]:
+        if self.analysis is None:
+            return pools
+        out: dict[int, list[_Cand]] = {}
+        for k, cands in pools.items():
+            ok = []
+            for c in cands:
+                if c.item is None:
+                    try:
+                        c.item = _make_reference(self.item, self.analysis, c.draw, 0, self.base_findings)
+                    except ValueError:
+                        continue
+                ok.append(c)
+            out[k] = ok
+        return out
+
+    @property
+    def answer(self) -> Fraction:
+        """The original's final answer."""
+        return self.analysis.chain.answer if self.analysis else Fraction(0)
+
+    @property
+    def lead_by_flow(self) -> bool:
+        """Whether the draws' leading digits are chosen by `lead_transport`: a flexible answer, or one whose
+        program gives no draw its leading digit but some draws its form (35 = 5 x 7: 28 or 42, never 3x)."""
+        return self.flexible is not None or (not any(self.matched.values()) and any(self.alt.values()))
+
+    def lead_capacity(self, clean: bool = False) -> dict[int, int]:
+        """For a `lead_by_flow` item: how many draws (the answer's form kept; with `clean`, also the question's
+        structure, `_Cand.clean`) reach each other leading digit."""
+        pools = self.matched if self.flexible else self.alt
+        counts = {k: sum(1 for c in v if c.clean or not clean) for k, v in sorted(pools.items())}
+        return {k: n for k, n in counts.items() if n}
+
+
+def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 1000) -> DrawPool:
+    """Sample and validate the draws of one item (see `perturb_gsm8k`); deterministic in (item id, seed).
+
+    The loop ends when every target has its draws with the question's whole structure kept (`_mismatch`
+    PERFECT), or the item has m such draws anywhere after 40% of the budget, or every target has its draws
+    after 70% of it, or at the end of the budget (three times the budget while no draw at all was valid)."""
     where = f"row {item.metadata['row']}: " if "row" in item.metadata else ""
+    rng = random.Random(int(stable_hash(f"gsm8k-ref|{item.id}|{seed}"), 16))
     try:
         an = _analyse(item)
     except ValueError as e:
-        return PerturbResult(item.id, reason=where + str(e))
-    rng = random.Random(int(stable_hash(f"gsm8k-ref|{item.id}|{seed}"), 16))
+        return DrawPool(item, m, reason=where + str(e), rng=rng)
     answer = an.chain.answer
-    wanted = draw_targets(answer, m, rng)
-    need = Counter(wanted)
-    old_perturbed = {an.variables[vi].value for vi in [*an.free, *an.dependent]}
-    found: dict[int, list[_Draw]] = {b: [] for b in (-2, -1, 0, 1, 2)}  # validated draws, by bin
-    spare: dict[int, list[_Draw]] = {b: [] for b in (-2, -1, 0, 1, 2)}  # draws of full bins, checked when used
+    flexible = flexible_class(answer)
+    own = significant_lead(answer)
+    if flexible:
+        targets: list[int] = []
+        need = {d: m for d in LEAD_TARGETS if d != own}
+    else:
+        targets = draw_targets(answer, m, rng, bounds=answer_band(answer))
+        need = dict(Counter(targets))
+    pool = DrawPool(item, m, analysis=an, flexible=flexible, targets=targets,
+                    outside_targets=draw_targets(answer, m, rng), rng=rng,
+                    base_findings=_findings(item.question, item.solution or ""))
+    question_values = {q.value for q in an.quantities}
+    base = pool.base = _structure(answer, _digit_values(an, {}))
+    base_round = sum(base[2])
+    perfect: Counter = Counter()
     seen: set[tuple] = set()
-    reasons: Counter = Counter()
-    base_findings = _findings(item.question, item.solution or "")
+    seen_valid = False
     leanings = _leanings(an)
-    attempts = 0
-    while attempts < max_attempts:
-        short = [b for b in need if len(found[b]) < need[b]]
-        if not short:
+    fails = pool.failures
+    # an item with no valid draw at all after the budget gets up to twice as much again (low-yield
+    # programs: a divisibility constraint, a value solved from the others)
+    while pool.attempts < max_attempts or (pool.attempts < 3 * max_attempts and not seen_valid):
+        short_perfect = [k for k in need if perfect[k] < need[k]]
+        short_any = [k for k in need if len(pool.matched.get(k, ())) < need[k]]
+        done = pool.attempts / max_attempts
+        if not short_perfect or (not flexible and done >= 0.4 and sum(perfect.values()) >= m) \
+                or (not short_any and done >= 0.7):
             break
-        attempts += 1
-        stage = 0 if attempts <= 0.4 * max_attempts else (1 if attempts <= 0.7 * max_attempts else 2)
-        target = short[attempts % len(short)]
-        new, why = _sample(an, rng, stage, (target > 0) - (target < 0), leanings)
+        pool.attempts += 1
+        att = pool.attempts
+        stage = 0 if att <= 0.4 * max_attempts else (1 if att <= 0.7 * max_attempts else 2)
+        target = short_perfect[att % len(short_perfect)]
+        direction = (target > own) - (target < own) if flexible else (target > 0) - (target < 0)
+        new, why = _sample(an, rng, stage, direction, leanings)
         if new is None:
-            reasons[why] += 1
+            fails[why] += 1
             continue
         vals = list(new.values())
-        if len(set(vals)) != len(vals) or any(v in old_perturbed for v in vals):
-            reasons["new values collide with each other or with the numbers they replace"] += 1
+        if len(set(vals)) != len(vals) or any(v in question_values for v in vals):
+            fails["new values collide with each other or with a number of the question"] += 1
             continue
         key = tuple(sorted(new.items()))
         if key in seen:
@@ -1300,48 +1586,472 @@ def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Pe
         seen.add(key)
         draw, why = _try(an, new)
         if draw is None:
-            reasons[why] += 1
+            fails[why] += 1
             continue
-        b = answer_bin(answer, draw.results[an.chain.final_step])
-        if len(found[b]) >= need.get(b, 0):
-            if len(spare[b]) < m:
-                spare[b].append(draw)
+        seen_valid = True
+        new_answer = draw.results[an.chain.final_step]
+        if is_special(new_answer):
+            fails["the answer became 0, 1, 10, 100 or 1000"] += 1
+            continue
+        changed = {an.variables[vi].value: v for vi, v in new.items()}
+        st = _structure(new_answer, _digit_values(an, changed))
+        cand = _Cand(draw, new_answer, _mismatch(base, st), sum(st[2]) - base_round)
+        if not keeps_answer_class(answer, new_answer):
+            fails["the answer lost its leading digit or roundness"] += 1
+            if keeps_answer_form(answer, new_answer):
+                d = significant_lead(new_answer)
+                if len(pool.alt.setdefault(d, [])) < m:
+                    pool.alt[d].append(cand)
+            b = answer_bin(answer, new_answer)
+            if len(pool.outside.setdefault(b, [])) < m:
+                pool.outside[b].append(cand)
+            continue
+        k = significant_lead(new_answer) if flexible else answer_bin(answer, new_answer)
+        have = pool.matched.setdefault(k, [])
+        # a bin no draw targets keeps up to m draws too: the fallback of a target bin nothing reaches
+        if not (len(have) < (need.get(k, 0) or m) or (cand.mismatch == PERFECT and perfect[k] < m)):
             continue
         try:
-            _make_reference(item, an, draw, 0, base_findings)
+            cand.item = _make_reference(item, an, draw, 0, pool.base_findings)
         except ValueError as e:
-            reasons[str(e)] += 1
+            fails[str(e)] += 1
             continue
-        found[b].append(draw)
-    chosen: list[_Draw] = []
-    for target in wanted:
-        for b in fallback_bins(target):
-            pick = _take(found[b]) or _take_valid(spare[b], item, an, base_findings)
-            if pick is not None:
-                chosen.append(pick)
+        have.append(cand)
+        perfect[k] += cand.mismatch == PERFECT
+    return pool
+
+
+def _pick(pools: dict[int, list[_Cand]], keys: Sequence[int], balance: int, pool: DrawPool,
+          clean_only: bool = False) -> _Cand | None:
+    """Take the best draw of `pools[k]` over `keys` (in order of preference): the structure first (answer
+    equal to / starting like a question number kept), then the running roundness balance of the item's
+    draws (`balance`: round question numbers gained so far), then the key's rank. A draw whose rewritten
+    item fails a check (`_make_reference`) is discarded and the next one taken. `clean_only`: only a draw
+    that keeps the balance at 0."""
+    an = pool.analysis
+    assert an is not None
+    while True:
+        best, where = None, None
+        for rank, k in enumerate(keys):
+            for idx, c in enumerate(pools.get(k, ())):
+                if clean_only and balance + c.round_delta:
+                    continue
+                score = (c.mismatch[0], c.mismatch[1], abs(balance + c.round_delta), rank, idx)
+                if best is None or score < best:
+                    best, where = score, (k, idx)
+        if where is None:
+            return None
+        c = pools[where[0]].pop(where[1])
+        if c.item is None:
+            try:
+                c.item = _make_reference(pool.item, an, c.draw, 0, pool.base_findings)
+            except ValueError:
+                continue
+        return c
+
+
+def _unmatched_reason(pool: DrawPool) -> str:
+    answer = pool.answer
+    others = [c for v in pool.outside.values() for c in v]
+    if is_round(answer) and not any(_tens(c.answer) == _tens(answer) for c in others):
+        g = _tens(answer)
+        return (f"the round answer {format_number(answer)} has no round alternative (no valid draw is a multiple of "
+                f"{g} but not of {10 * g})")
+    return (f"no valid reference keeps the answer's class ({_class_description(answer)}); "
+            f"{len(others)} valid draw(s) found do not")
+
+
+def choose_draws(pool: DrawPool, lead_counts: dict[int, int] | None = None, special_cases: str = "keep",
+                 fill: bool = True, structure: str = "prefer") -> PerturbResult:
+    """Up to m references from a `DrawPool`.
+
+    An answer that keeps its leading digit: each draw targets a bin of the answer's change within its class
+    (`draw_targets` with `answer_band`). A `DrawPool.lead_by_flow` answer: `lead_counts` (leading digit ->
+    number of draws, from `lead_transport`); without them, the bins of the answer's change within its digit
+    range (`draw_targets`), so that its draws are about as often smaller as larger.
+    Within a target, `_pick` prefers the draws whose answer equals / starts like a question number as the
+    original's does, then those that keep the item's round question numbers in balance, then the nearest
+    bin; with ``structure="require"`` (the benchmark builder) an item takes only draws with as many round
+    question numbers as the original (`_Cand.clean`), fewer than m if need be.
+
+    Special cases (`PerturbResult.special_case`): an item none of whose valid draws keeps the answer's form,
+    or (``structure="require"``) none of whose class-keeping draws keeps the structure. ``special_cases=
+    "drop"`` returns no draws for it, ``"keep"`` the best of the others. `fill` tops up an item with fewer
+    than m class-keeping draws by the best of the others (`perturb_gsm8k`'s default; the benchmark builder
+    does not fill). Every draw's metadata says whether it keeps the class (``answer_class_kept``).
+    """
+    item, m = pool.item, pool.m
+    if pool.analysis is None:
+        return PerturbResult(item.id, reason=pool.reason)
+    where = f"row {item.metadata['row']}: " if "row" in item.metadata else ""
+    picks: list[tuple[_Cand, bool]] = []
+    balance = 0
+    if not pool.flexible and not any(pool.matched.values()):
+        pool.validate_alt()  # whether the leading digit goes by transport depends on draws that pass every check
+    by_flow = pool.lead_by_flow
+
+    def take(pools: dict[int, list[_Cand]], keys: Sequence[int], kept: bool, clean_only: bool) -> None:
+        nonlocal balance
+        c = _pick(pools, keys, balance, pool, clean_only)
+        if c is not None:
+            picks.append((c, kept))
+            balance += c.round_delta
+
+    def take_class(clean_only: bool, counts: dict[int, int] | None) -> None:
+        if by_flow:
+            src = {k: list(v) for k, v in (pool.matched if pool.flexible else pool.alt).items() if v}
+            if counts is None:  # no transport: the digit-range difficulty bins, as often smaller as larger
+                by_bin: dict[int, list[_Cand]] = {}
+                for c in (c for v in src.values() for c in v):
+                    by_bin.setdefault(answer_bin(pool.answer, c.answer), []).append(c)
+                for t in pool.outside_targets:
+                    take(by_bin, fallback_bins(t), True, clean_only)
+                return
+            for d in sorted(counts):  # the transport's counts: a digit that runs out is not made up elsewhere
+                for _ in range(counts[d]):
+                    take(src, [d], True, clean_only)
+        else:
+            src = {k: list(v) for k, v in pool.matched.items()}
+            for t in pool.targets:
+                take(src, fallback_bins(t), True, clean_only)
+
+    take_class(structure == "require", lead_counts)
+    special: list[str] = []
+    has_class = bool(pool.lead_capacity()) if by_flow else any(pool.matched.values())
+    if not picks and has_class:  # only under structure="require"
+        special = [f"no valid reference keeps both the answer's class ({_class_description(pool.answer)}) and "
+                   "the question's round numbers (as many multiples of 10)"]
+        if special_cases == "keep":
+            take_class(False, None)
+    elif not picks and any(pool.outside.values()):
+        pool.validate_outside()  # a special case only if some other draw passes every check
+        if any(pool.outside.values()):
+            special = [_unmatched_reason(pool)]
+    if special and special_cases == "drop":
+        return PerturbResult(item.id, reason=where + special[0], attempts=pool.attempts, special_case=special)
+    if (special and not picks) or (fill and len(picks) < m):
+        outside = {b: list(v) for b, v in pool.outside.items()}
+        for t in pool.outside_targets:
+            if len(picks) >= m:
                 break
-    items = [_make_reference(item, an, draw, j, base_findings) for j, draw in enumerate(chosen)]
+            take(outside, fallback_bins(t), False, False)
+    return _finish(pool, picks, special)
+
+
+def _finish(pool: DrawPool, picks: Sequence[tuple[_Cand, bool]], special: list[str]) -> PerturbResult:
+    """The PerturbResult of the chosen draws (numbered, metadata) and the reason when fewer than m."""
+    item, m = pool.item, pool.m
+    where = f"row {item.metadata['row']}: " if "row" in item.metadata else ""
+    by_flow = pool.lead_by_flow
+    items = []
+    for j, (c, kept) in enumerate(picks):
+        assert c.item is not None
+        meta = {**c.item.metadata, "draw": j, "answer_class_kept": kept}
+        if by_flow and kept:
+            meta["answer_lead_by_flow"] = True
+        if special:
+            meta["special_case"] = list(special)
+        items.append(Item(id=f"{item.id}::ref{j}", question=c.item.question, answer=c.item.answer,
+                          solution=c.item.solution, metadata=meta))
     reason = None
     if len(items) < m:
-        top = reasons.most_common(1)[0][0] if reasons else "no new combination of values"
-        reason = f"{where}only {len(items)} of {m} valid draws in {attempts} attempts (most frequent failure: {top})"
-    return PerturbResult(item.id, items, reason, attempts)
+        kept_n = sum(k for _, k in picks)
+        top = pool.failures.most_common(1)[0][0] if pool.failures else "no new combination of values"
+        reason = (f"{where}only {len(items)} of {m} valid draws in {pool.attempts} attempts"
+                  + (f" ({kept_n} keep the answer's class)" if kept_n < len(items) else "")
+                  + f" (most frequent failure: {top})")
+    return PerturbResult(item.id, items, reason, pool.attempts, special, picks=list(picks))
 
 
-def _take(pool: list[_Draw]) -> _Draw | None:
-    return pool.pop(0) if pool else None
+def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000,
+                  lead_counts: dict[int, int] | None = None, special_cases: str = "keep",
+                  fill: bool = True, structure: str = "prefer") -> PerturbResult:
+    """Up to `m` distinct exact isomorphic perturbations of a GSM8K item, or the reason why not.
+
+    Draws change every free question quantity at once, each by a log-symmetric factor around its old
+    value, keeping round numbers round and the others off the multiples of 10; later in the attempt
+    budget they drop the roundness half the time and widen the factor, then also try subsets (a
+    divisibility constraint can make changing all of them at once impossible). Each draw is re-executed
+    and validated (see the module docstring): the answer keeps its sign and number of digits, never
+    becomes 0, 1, 10, 100 or 1000, no new value repeats a number of the question, and no calendar or
+    clock quantity becomes impossible.
+
+    Matching (module docstring, "The answer's class"): a reference answer keeps the original's leading
+    digit and roundness (`keeps_answer_class`), in bins of the answer's change within that class
+    (`draw_targets` with `answer_band`); a one-digit or one-significant-digit answer, or one no draw can keep
+    the leading digit of, gets `lead_counts` draws per new leading digit (`lead_transport`, in the
+    benchmark builder; default: the answer's digit-range bins, as often smaller as larger). Draws that keep the question's
+    structure come first (`_pick`). Items no draw can keep the answer's form for: `special_cases` and
+    `fill`, see `choose_draws`. Deterministic in (item id, seed).
+    """
+    return choose_draws(collect_draws(item, m, seed, max_attempts), lead_counts, special_cases, fill, structure)
 
 
-def _take_valid(pool: list[_Draw], item: Item, an: _Analysis, base_findings: tuple[Counter, int]) -> _Draw | None:
-    """The first draw of `pool` whose rewritten item passes every check (removed from the pool)."""
-    while pool:
-        draw = pool.pop(0)
-        try:
-            _make_reference(item, an, draw, 0, base_findings)
-        except ValueError:
+def lead_transport(rows: Sequence[tuple[int, dict[int, int]]], m: int, digits: Sequence[int] = LEAD_TARGETS,
+                   drop_unbalanced: bool = True, tolerance: float = 2.0
+                   ) -> tuple[list[dict[int, int] | None], dict[str, Any]]:
+    """How many draws of each item go to each new leading digit, so that the references' leading digits
+    have the originals' distribution although no reference keeps its own original's digit.
+
+    `rows`: per item, (the original answer's leading digit, draws available per other leading digit).
+    Item i gets m_i = min(m, its draws) draws, x_id of them with leading digit d (at most the draws it has
+    there); digit d then holds sum_i x_id / m_i of the references' mass (the feature report averages an
+    item's draws), which should equal the number of originals with leading digit d. A linear program
+    (scipy HiGHS) minimises the total mismatch, and, at a hundredth of the weight, the moves' log-length
+    |ln(d / own)| (near digits first: the difficulty stays close). With `drop_unbalanced`, while some digit
+    is off by more than `tolerance` items, one item is left out (None in the result): for a digit short of
+    mass, an item with that leading digit (the least reachable first; it has nowhere to be balanced from),
+    for a digit with too much, the item sending the largest share there. Counts are whole: each row's x is
+    rounded by largest remainders. The report gives the originals' and the references' digit masses.
+    """
+    from scipy.optimize import linprog
+
+    digits = list(digits)
+    caps = [{d: c for d, c in cap.items() if d in digits and d != own and c > 0} for own, cap in rows]
+    active = [i for i, c in enumerate(caps) if c]
+    out: list[dict[int, int] | None] = [None] * len(rows)
+    dropped: list[int] = []
+    x_best: dict[tuple[int, int], float] = {}
+    while active:
+        var = [(i, d) for i in active for d in caps[i]]
+        mi = {i: min(m, sum(caps[i].values())) for i in active}
+        counts = Counter(rows[i][0] for i in active if rows[i][0] in digits)
+        total = sum(counts.values())
+        target = [counts[d] * len(active) / total if total else len(active) / len(digits) for d in digits]
+        nv, nd = len(var), len(digits)
+        cost = [0.01 * abs(math.log(d / max(rows[i][0], 1))) / mi[i] for i, d in var] + [1.0] * (2 * nd)
+        a_eq, b_eq = [], []
+        for i in active:
+            a_eq.append([1.0 if vi == i else 0.0 for vi, _ in var] + [0.0] * (2 * nd))
+            b_eq.append(float(mi[i]))
+        for j, d in enumerate(digits):
+            row = [1.0 / mi[vi] if vd == d else 0.0 for vi, vd in var] + [0.0] * (2 * nd)
+            row[nv + j], row[nv + nd + j] = -1.0, 1.0  # mass - excess + shortfall = target
+            a_eq.append(row)
+            b_eq.append(target[j])
+        bounds = [(0.0, float(caps[i][d])) for i, d in var] + [(0.0, None)] * (2 * nd)
+        res = linprog(cost, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+        if not res.success:  # pragma: no cover - the program is always feasible (the slacks absorb anything)
+            break
+        x_best = {v: float(res.x[k]) for k, v in enumerate(var)}
+        excess, short = res.x[nv:nv + nd], res.x[nv + nd:]
+        worst = int(np.argmax(np.maximum(excess, short)))
+        if not drop_unbalanced or max(excess[worst], short[worst]) <= tolerance:
+            break
+        d = digits[worst]
+        if short[worst] > excess[worst]:  # the least reachable item with that digit first
+            ranked = [(sum(caps[i].values()), -i, i) for i in active if rows[i][0] == d]
+        else:  # the item sending the largest share there first
+            ranked = [(-x_best[(i, d)] / mi[i], -i, i) for i in active if x_best.get((i, d), 0.0) > 0]
+        if not ranked:
+            break
+        victim = min(ranked)[2]
+        active.remove(victim)
+        dropped.append(victim)
+    for i in active:
+        mi_ = min(m, sum(caps[i].values()))
+        xs = {d: x_best.get((i, d), 0.0) for d in caps[i]}
+        whole = {d: math.floor(v + 1e-9) for d, v in xs.items()}
+        rest = sorted(xs, key=lambda d: -(xs[d] - whole[d]))
+        for d in rest[: max(0, mi_ - sum(whole.values()))]:
+            whole[d] += 1
+        out[i] = {d: c for d, c in whole.items() if c}
+    mass = Counter()
+    for i in active:
+        n_i = sum(out[i].values()) or 1
+        for d, c in out[i].items():
+            mass[d] += c / n_i
+    report = {"items": len(active), "left_out": len(dropped),
+              "original": dict(sorted(Counter(rows[i][0] for i in active).items())),
+              "reference": {d: round(v, 2) for d, v in sorted(mass.items())}}
+    return out, report
+
+
+def _candidates(pool: DrawPool) -> list[_Cand]:
+    """Every class-keeping draw of a pool (for a leading digit chosen by transport: those of other digits)."""
+    src = pool.matched if (pool.flexible or not pool.lead_by_flow) else pool.alt
+    return [c for v in src.values() for c in v]
+
+
+def _key(pool: DrawPool, c: _Cand) -> int:
+    return significant_lead(c.answer) if pool.lead_by_flow else answer_bin(pool.answer, c.answer)
+
+
+STRUCTURE_FEATURES = ("answer equals a question number", "answer starts like a question number")
+
+
+def balance_structure(results: dict[str, PerturbResult], pools: dict[str, DrawPool], tolerance: float = 0.5
+                      ) -> dict[str, Any]:
+    """Balance, over the benchmark, what no item can keep alone: the answer equal to or starting like a
+    question number (`_structure`). For each, B = sum over items of (the original's value - the mean over
+    its draws) is what the probe's statistic T = sum_i (X_i - mean_j Y_ij) gains from that feature under a
+    clean model that responds to it additively; `_pick` keeps it per item where it can, and what is left
+    (items none of whose draws keep it) is offset here by swapping draws for others of the same target
+    (bin or leading digit) and round numbers that carry the other value, first in items whose own
+    original has that value (which also improves the item), then in the others, in a fixed pseudo-random
+    item order, until |B| <= `tolerance` items. Updates `results` in place; returns B before and after.
+    """
+    entries = []
+    for i in sorted(results, key=lambda i: stable_hash(f"balance|{i}")):
+        res, pool = results[i], pools.get(i)
+        if pool is None or pool.base is None or res.special_case or not res.picks:
             continue
-        return draw
-    return None
+        entries.append((i, pool, list(res.picks)))
+
+    def bit(pool: DrawPool, c: _Cand, f: int) -> bool:
+        assert pool.base is not None
+        return pool.base[f] != bool(c.mismatch[f])
+
+    def total(f: int) -> float:
+        return sum(pool.base[f] - sum(bit(pool, c, f) for c, _ in picks) / len(picks)  # type: ignore[index]
+                   for _, pool, picks in entries)
+
+    report: dict[str, Any] = {}
+    changed: set[str] = set()
+    for f, name in enumerate(STRUCTURE_FEATURES):
+        b = before = total(f)
+        want = b > 0  # the draws' value that reduces |B|: True when the originals have it more often
+        for improving in (True, False):
+            for i, pool, picks in entries:
+                if abs(b) <= tolerance:
+                    break
+                if (pool.base[f] == want) != improving:  # type: ignore[index]
+                    continue
+                picked = {id(c) for c, _ in picks}
+                spare = [c for c in _candidates(pool) if id(c) not in picked and bit(pool, c, f) == want]
+                for n, (p, kept) in enumerate(picks):
+                    if abs(b) <= tolerance:
+                        break
+                    if not kept or bit(pool, p, f) == want:
+                        continue
+                    for c in spare:
+                        if _key(pool, c) != _key(pool, p) or c.round_delta != p.round_delta \
+                                or bit(pool, c, 1 - f) != bit(pool, p, 1 - f):
+                            continue
+                        if c.item is None:
+                            try:
+                                c.item = _make_reference(pool.item, pool.analysis, c.draw, 0, pool.base_findings)
+                            except ValueError:
+                                spare.remove(c)
+                                continue
+                        spare.remove(c)
+                        picks[n] = (c, kept)
+                        b += (-1 if want else 1) / len(picks)
+                        changed.add(i)
+                        break
+        report[name] = {"before": round(before, 2), "after": round(b, 2)}
+    for i, pool, picks in entries:
+        if i in changed:
+            results[i] = _finish(pool, picks, results[i].special_case)
+    report["items_changed"] = len(changed)
+    return report
+
+
+def special_case_reasons(item: Item, m: int = 9, seed: int = 0, scan: bool = False) -> list[str]:
+    """Why a GSM8K item is inherently not exchangeable with any reference: [] for most items.
+
+    Rules (no draws needed): an answer of 0, 1, 10, 100 or 1000 (`is_special`: the answer must change,
+    and a clean model gives special values more mass than ordinary ones); equal question numbers that fix
+    the answer (they are one variable, and the answer does not change when it does: "12 + 12 = 24
+    shared among 12" -> 2, x - x, x / x). With `scan`, also what the item's draws show (`collect_draws`
+    with m and seed): no valid draw keeps the answer's form (`keeps_answer_form`), e.g. a round answer
+    with no round alternative. The benchmark builder finds these while building, and also leaves out an
+    item whose leading digit no draw keeps when the benchmark cannot balance it (`lead_transport`).
+    Items whose chain cannot be used at all are not special cases (their rejection names the reason).
+    """
+    reasons: list[str] = []
+    try:
+        answer = Fraction(str(item.answer).strip().replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return reasons
+    if is_special(answer):
+        reasons.append(f"the answer {format_number(answer)} is a special value (0, 1, 10, 100, 1000): "
+                       "every reference changes it")
+    try:
+        an = _analyse(item, strict=False)
+    except ValueError:
+        return reasons
+    perturbable = set(an.free) | set(an.dependent)
+    if not an.answer_vars & perturbable:
+        equal = [an.variables[vi] for vi in sorted(an.used & perturbable) if len(an.variables[vi].occurrences) > 1]
+        if equal:
+            v = equal[0]
+            reasons.append(f"the equal question numbers {format_number(v.value)} ({len(v.occurrences)} times) fix "
+                           f"the answer at {format_number(an.chain.answer)}: no reference changes it")
+    if scan and not reasons:
+        res = choose_draws(collect_draws(item, m, seed), special_cases="drop", fill=False, structure="require")
+        reasons += res.special_case
+    return reasons
+
+
+def build_gsm8k_references(items: Sequence[Item], m: int, seed: int = 0, special_cases: str = "drop",
+                           flagged: dict[str, list[str]] | None = None,
+                           progress: Callable[[Sequence[Item], str], Any] | None = None
+                           ) -> tuple[dict[str, list[Item]], list[dict[str, Any]], dict[str, Any]]:
+    """References of a GSM8K benchmark: (draws by original id, rejections, report).
+
+    Every item's draws are collected first (`collect_draws`); the items whose leading digit must change
+    (`DrawPool.lead_by_flow`) get their new digits from one `lead_transport` per class (one-digit, round
+    two-digit, leading digit fixed by the program), and each item's draws are chosen without filling
+    (`choose_draws`, fill=False). `flagged`: ids of items that are special cases by rule
+    (`special_case_reasons`) and were kept: their draws' metadata names the reasons. Special cases found
+    here (no draw keeps the answer's form; a leading digit the transport cannot balance) are dropped (a
+    rejection prefixed "special case (reference.special_cases=drop): ") or kept with flagged draws.
+    """
+    flagged = flagged or {}
+    pools: dict[str, DrawPool] = {}
+    results: dict[str, PerturbResult] = {}
+    flow: dict[str, DrawPool] = {}
+    for it in (progress(items, "reference (gsm8k)") if progress else items):
+        pool = pools[it.id] = collect_draws(it, m, seed)
+        if pool.lead_by_flow:
+            flow[it.id] = pool
+        else:
+            results[it.id] = choose_draws(pool, special_cases=special_cases, fill=False, structure="require")
+    counts: dict[str, dict[int, int]] = {}
+    left_out: dict[str, str] = {}
+    for p in flow.values():
+        p.validate_alt()
+    ids = [i for i, p in flow.items() if p.lead_capacity(clean=True)]
+    rows = [(significant_lead(flow[i].answer), flow[i].lead_capacity(clean=True)) for i in ids]
+    got, flow_report = lead_transport(rows, m, range(1, 10), drop_unbalanced=special_cases == "drop")
+    flow_report["by_class"] = dict(sorted(Counter(flow[i].flexible or "leading digit fixed by the program"
+                                                  for i in ids).items()))
+    for i, (own, _), c in zip(ids, rows, got, strict=True):
+        if c is None:
+            left_out[i] = (f"no draw keeps the answer's leading digit {own}, and the other references cannot "
+                           "balance the leading digits without it")
+        else:
+            counts[i] = c
+    for i, pool in flow.items():
+        if i in left_out:
+            results[i] = PerturbResult(i, reason=left_out[i], attempts=pool.attempts, special_case=[left_out[i]])
+        else:
+            results[i] = choose_draws(pool, counts.get(i), special_cases=special_cases, fill=False,
+                                      structure="require")
+    balance = balance_structure(results, pools)
+    refs: dict[str, list[Item]] = {}
+    rejections: list[dict[str, Any]] = []
+    found = {"kept": 0, "dropped": 0, "leading digit balanced by transport": len(counts),
+             "left out by the transport": len(left_out)}
+    for it in items:
+        res = results[it.id]
+        if res.special_case:
+            found["dropped" if special_cases == "drop" else "kept"] += 1
+        draws = list(res.items)
+        if it.id in flagged:
+            draws = [Item(id=r.id, question=r.question, answer=r.answer, solution=r.solution,
+                          metadata={**r.metadata,
+                                    "special_case": [*flagged[it.id], *r.metadata.get("special_case", [])]})
+                     for r in draws]
+        if draws:
+            refs[it.id] = draws
+        if res.special_case and special_cases == "drop":
+            rejections.append({"id": it.id, "row": it.metadata.get("row"), "kept": 0,
+                               "reason": "special case (reference.special_cases=drop): " + "; ".join(res.special_case)})
+        elif res.reason:
+            rejections.append({"id": it.id, "row": it.metadata.get("row"), "reason": res.reason, "kept": len(draws)})
+    return refs, rejections, {"found_by_draws": found, "lead_transport": flow_report, "structure_balance": balance}
 
 
 def _findings(question: str, solution: str) -> tuple[Counter, int]:
@@ -1407,8 +2117,10 @@ def gsm8k_answer_text(item: Item) -> str:
 def perturb_gsm8k_file(path: str | Path, m: int, seed: int) -> tuple[list[Item], list[dict[str, Any]]]:
     """Perturb every row of a GSM8K JSONL file; returns (reference items, rejections with file/row/reason).
 
-    Every row with fewer than m draws gets a rejection (its partial draws are still returned, counted
-    in `kept`), and so does every unreadable row: nothing is dropped silently.
+    Row by row with `perturb_gsm8k`'s defaults (special cases kept, short items filled, no benchmark-level
+    matching: for that, `build_gsm8k_references`). Every row with fewer than m draws gets a rejection (its
+    partial draws are still returned, counted in `kept`), and so does every unreadable row: nothing is
+    dropped silently.
     """
     path = str(path)
     refs: list[Item] = []

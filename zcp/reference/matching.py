@@ -88,14 +88,18 @@ def answer_digits(value: Fraction) -> int:
     return len(str(int(abs(value))))
 
 
-def _side_windows(answer: Fraction, spread: float) -> dict[int, float]:
+def _side_windows(answer: Fraction, spread: float,
+                  bounds: tuple[Fraction, Fraction] | None = None) -> dict[int, float]:
     """Lengths (in log) of the four target bins of `answer`: -2/-1 smaller, +1/+2 larger; 1 within a
-    factor sqrt(spread), 2 beyond (up to spread), each cut to the answers with the same sign and digits."""
+    factor sqrt(spread), 2 beyond (up to spread), each cut to the answers with the same sign and digits,
+    or to `bounds` (lo, hi of |answer|'s admissible range) when given."""
     a = abs(answer)
     d = answer_digits(a)
     whole = a.denominator == 1
     lo = Fraction(10 ** (d - 1)) if d > 1 else Fraction(1 if whole else 0)
     hi = Fraction(10**d - 1) if whole else Fraction(10**d)
+    if bounds is not None:
+        lo, hi = Fraction(bounds[0]), Fraction(bounds[1])
     log_s = math.log(spread)
     up = min(log_s, math.log(hi / a)) if hi > a else 0.0
     down = (min(log_s, math.log(a / lo)) if lo > 0 else log_s) if a > lo else 0.0
@@ -122,15 +126,16 @@ def p_larger(answer: Fraction | int | float | str, spread: float = SPREAD) -> fl
 
 
 def draw_targets(answer: Fraction | int | float | str, m: int, rng: random.Random,
-                 spread: float = SPREAD) -> list[int]:
+                 spread: float = SPREAD, bounds: tuple[Fraction, Fraction] | None = None) -> list[int]:
     """Target bins of m reference draws of one answer (see `answer_bin`), by systematic sampling of
     the symmetric log-window of `p_larger`: each bin gets floor or ceil of m times its share, so m
     draws hold as many larger answers as the window allows and the moves are as long up as down.
-    An answer of 0 gets 0 (any bin) for every draw."""
+    `bounds` (lo, hi) narrows the window from the answer's digit range (GSM8K: the answers with the
+    same leading digit). An answer of 0 gets 0 (any bin) for every draw."""
     a = Fraction(str(answer)) if isinstance(answer, float | str) else Fraction(answer)
     if a == 0:
         return [0] * m
-    w = _side_windows(a, spread)
+    w = _side_windows(a, spread, bounds)
     total = sum(w.values())
     order = [b for b in (-2, -1, 1, 2) if w[b] > 0]
     if total <= 0:  # pragma: no cover - a nonzero answer always has room on one side
