@@ -11,8 +11,8 @@ logs to W&B.
 import hydra
 from omegaconf import DictConfig
 
-from zcp.ablations import run_ablations
 from zcp.config import one_line_errors, validate  # also registers the typed config groups
+from zcp.validate.ablations import run_ablations
 
 
 @hydra.main(config_path="../conf", config_name="ablations", version_base=None)

@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # registers the ${zcp.asset:...} resolver, typed groups
-from zcp.detectors.run import run_baselines  # registers the baselines_schema of conf/baselines.yaml
+from zcp.validate.baselines import run_baselines  # registers the baselines_schema of conf/baselines.yaml
 
 
 @hydra.main(config_path="../conf", config_name="baselines", version_base=None)

@@ -12,7 +12,7 @@ through the manifest and the JSONL files, so training never needs to run (or see
 import hydra
 from omegaconf import DictConfig
 
-from zcp.build_data import build_data
+from zcp.benchmarks.build import build_data
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 
 

@@ -13,8 +13,8 @@ logs to W&B (offline by default; logger=none to skip). See conf/calibration.yaml
 import hydra
 from omegaconf import DictConfig
 
-from zcp.calibration import run_calibration
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
+from zcp.validate.calibration import run_calibration
 
 
 @hydra.main(config_path="../conf", config_name="calibration", version_base=None)

@@ -8,8 +8,9 @@ Reads <root>/<name>__*/exposure.json and detect/simulation_summary.json; writes 
 
 import sys
 
-from zcp.config import ConfigError, one_line_errors, validate
-from zcp.exposure import write_report
+from zcp.config import one_line_errors, validate
+from zcp.errors import ConfigError
+from zcp.validate.exposure import write_report
 
 
 @one_line_errors
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> None:
     if bad:
         raise ConfigError(f"argument {bad[0]!r}: use root=DIR, name=NAME, out=DIR")
     kw = dict(a.split("=", 1) for a in argv)
-    job = validate(kw, job="exposure_report")["__job__"]  # unknown arguments refused (zcp.schemas.ExposureReportJob)
+    job = validate(kw, job="exposure_report")["__job__"]  # unknown arguments refused (zcp.config.schemas.ExposureReportJob)
     write_report(job.root, job.name, job.out)
 
 

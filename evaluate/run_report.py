@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # also registers the typed config groups
-from zcp.study import run_report
+from zcp.validate.study import run_report
 
 
 @hydra.main(config_path="../conf", config_name="report", version_base=None)

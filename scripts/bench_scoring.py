@@ -27,7 +27,7 @@ import torch
 
 from zcp.backends.base import ScoreRequest
 from zcp.backends.hf import HFBackend
-from zcp.probe import ProbeConfig, answer_score_requests, zero_cot_prompt
+from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
 
 def _items(n: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -49,7 +49,7 @@ def _backend(model_dir: str | None) -> HFBackend:
     if Path(path).exists():
         # batch settings of conf/model/tiny.yaml
         return HFBackend.from_pretrained(path, device="cpu", max_batch_size=256, max_batch_tokens=16384)
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     tok = train_tokenizer([q + " " + a for q, a in _items(300, 1)], vocab_size=512)
     return HFBackend(tiny_llama(tok, hidden=128, layers=4, heads=4), tok, name="random-tiny-llama")
@@ -83,8 +83,8 @@ def _time(fn, repeats: int, warm: bool = True) -> float:
 
 def _write_benchmark(root: Path, n_units: int) -> None:
     """n_units / 2 items, each with one reference row (a different question with its own answer)."""
-    from zcp.data.loaders import save_items
-    from zcp.data.schema import Item
+    from zcp.benchmarks.loaders import save_items
+    from zcp.core.items import Item
 
     pairs = _items(n_units)
     half = n_units // 2

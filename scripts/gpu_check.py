@@ -164,7 +164,7 @@ def toy_items(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def _chat_sequences(tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> tuple[list[list[int]], list[int]]:
-    from zcp.testing import answer_only_completion
+    from zcp.core.testing import answer_only_completion
 
     seqs, starts = [], []
     for q, a in pairs:
@@ -180,7 +180,7 @@ def _chat_sequences(tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> tuple[l
 def memorize(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], steps: int, lr: float,
              device: str) -> float:
     """Full-batch fine-tuning of `model` on `device` to answer `pairs` zero-CoT (loss on the completion only);
-    zcp.testing.train_memorizer's recipe, on any device. Returns the last loss (what says it memorised)."""
+    zcp.core.testing.train_memorizer's recipe, on any device. Returns the last loss (what says it memorised)."""
     import torch
 
     seqs, starts = _chat_sequences(tokenizer, pairs)
@@ -215,7 +215,7 @@ def prepare(workdir: Path, specs: dict[str, dict[str, int]] | None = None, n_ite
     `device` None: CUDA, or skipped without it (the check's later steps all need CUDA); tests pass "cpu"."""
     if device is None and (why := needs(cuda=True)):  # every step that uses these models needs CUDA
         return skipped(why)
-    from zcp.testing import answer_only_completion, tiny_llama, train_tokenizer
+    from zcp.core.testing import answer_only_completion, tiny_llama, train_tokenizer
 
     device = device or "cuda"
     specs = MODEL_SPECS if specs is None else specs
@@ -255,7 +255,7 @@ def probe_requests(pairs: Sequence[tuple[str, str]]) -> tuple[list[Any], list[An
     """(score requests, greedy zero-CoT generation requests) of the probe for `pairs`: each item scored on its gold
     answer and on a wrong one (gold + 1: low-probability tokens too), one generation per item."""
     from zcp.backends.base import GenerationRequest
-    from zcp.probe import ProbeConfig, answer_score_requests, zero_cot_prompt
+    from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
     cfg = ProbeConfig(metrics=("acc", "p_first", "p_all"))
     prompts = [zero_cot_prompt(q, cfg) for q, _ in pairs]
@@ -293,7 +293,7 @@ def compare_scores(a: Sequence[Any], b: Sequence[Any]) -> Result:
 
 def compare_generations(a: Sequence[str], b: Sequence[str]) -> Result:
     """Agreement of two engines' greedy zero-CoT continuations: identical texts, and equal extracted answers."""
-    from zcp.answers import extract_prefilled_box
+    from zcp.core.answers import extract_prefilled_box
 
     if len(a) != len(b):
         raise ValueError(f"{len(a)} vs {len(b)} generations")
@@ -412,8 +412,8 @@ def vllm_vs_hf(workdir: Path, cases: Sequence[tuple[str, str]] = VLLM_CASES,
 def write_benchmark(root: Path, n_units: int, seed: int = 1) -> list[tuple[str, str]]:
     """n_units / 2 items with one reference row each (a distinct question with its own answer), as run_detect
     reads them (root/data.jsonl, root/ref.jsonl); returns the units in file order (items, then references)."""
-    from zcp.data.loaders import save_items
-    from zcp.data.schema import Item
+    from zcp.benchmarks.loaders import save_items
+    from zcp.core.items import Item
 
     half = n_units // 2
     pairs = toy_items(2 * half, seed)
@@ -565,7 +565,7 @@ def throughput(workdir: Path, model: str = "mid", n: int = 16000, n_small: int =
     """Step 3: run_detect (vllm and hf engines) end to end against vLLM's raw throughput on the same prompts."""
     if why := needs(cuda=True):
         return skipped(why)
-    from zcp.probe import ProbeConfig, answer_score_requests, zero_cot_prompt
+    from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
     deadline = _T_START + timeout - 15  # leaves time to write the result before the shell's `timeout`
     path = model_path(workdir, model)
@@ -633,15 +633,15 @@ def grpo_settings(steps: int, max_completion_length: int = 48) -> tuple[dict[str
 
 
 def grpo_colocate(workdir: Path, model: str = "mid", steps: int = 3) -> Result:
-    """Step 4: a few GRPO steps with vLLM colocate rollouts (zcp.training.grpo.run_grpo, gpu_7b's settings)."""
+    """Step 4: a few GRPO steps with vLLM colocate rollouts (zcp.simulate.grpo.run_grpo, gpu_7b's settings)."""
     if why := needs(cuda=True, vllm=True):
         return skipped(why)
     import torch
     from transformers import TrainerCallback
 
-    from zcp.training.grpo import run_grpo
-    from zcp.training.rewards import reward_funcs
-    from zcp.training.sft import load_model, load_tokenizer
+    from zcp.simulate.grpo import run_grpo
+    from zcp.simulate.rewards import reward_funcs
+    from zcp.simulate.sft import load_model, load_tokenizer
 
     class _Logs(TrainerCallback):
         def __init__(self) -> None:

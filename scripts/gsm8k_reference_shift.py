@@ -4,9 +4,9 @@
     .venv/bin/python scripts/gsm8k_reference_shift.py --m 3 --limit 200 --policy drop   # quicker
 
 Builds the references of a GSM8K file (default: ../shared/data/gsm8k/test.jsonl, 1,319 rows) with
-`reference.method=gsm8k` through `zcp.reference.registry.build_references`, once per special-case policy
+`reference.method=gsm8k` through `zcp.benchmarks.references.registry.build_references`, once per special-case policy
 (`reference.special_cases`: drop / keep), and prints for each: coverage (items with at least one draw / all),
-how many items were special cases, and the `zcp.reference.shift.feature_shift` report (per feature: the mean
+how many items were special cases, and the `zcp.benchmarks.references.shift.feature_shift` report (per feature: the mean
 over originals, over references, the two-sided within-item permutation p and its Bonferroni adjustment; then
 the leading-digit distributions). Builds and feature tests are deterministic in --seed, so the figures
 regenerate exactly. --json writes the full reports to a file.
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zcp.data.loaders import load_items
-from zcp.reference.registry import BuildContext, build_references
+from zcp.benchmarks.loaders import load_items
+from zcp.benchmarks.references.registry import BuildContext, build_references
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
 

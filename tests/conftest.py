@@ -36,7 +36,7 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tok():
-    from zcp.testing import train_tokenizer
+    from zcp.core.testing import train_tokenizer
 
     texts = [f"Ann has {i} pens and gets {i * 7 % 90} more. How many pens? The final answer is: \\[ \\boxed{{{i}}} \\]"
              for i in range(200)]
@@ -45,6 +45,6 @@ def tiny_tok():
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_tok):
-    from zcp.testing import tiny_llama
+    from zcp.core.testing import tiny_llama
 
     return tiny_llama(tiny_tok, hidden=32, layers=2, heads=2)

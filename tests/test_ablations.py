@@ -4,18 +4,9 @@ drops the stated answer), the full-CoT table, the sample-size study, and the typ
 import pytest
 from fakes import FakeBackend
 
-from zcp.ablations import (
-    draw_subsets,
-    full_cot_table,
-    full_cots,
-    sample_size_study,
-    truncation_curve,
-    truncation_records,
-    units_of,
-)
-from zcp.data.schema import Item
-from zcp.detect import DetectDataset, DetectSettings
-from zcp.probe import (
+from zcp.core.items import Item
+from zcp.probe.detect import DetectDataset, DetectSettings
+from zcp.probe.prompts import (
     ProbeConfig,
     cut_points,
     probe_items,
@@ -24,6 +15,15 @@ from zcp.probe import (
     truncate_reasoning,
     truncated_cot_prompt,
     zero_cot_prompt,
+)
+from zcp.validate.ablations import (
+    draw_subsets,
+    full_cot_table,
+    full_cots,
+    sample_size_study,
+    truncation_curve,
+    truncation_records,
+    units_of,
 )
 
 COT = "Ivy has 7 marbles and gets 18 more.\n7 + 18 = 25.\nThe final answer is: \\[ \\boxed{25} \\]"
@@ -77,7 +77,7 @@ def test_r0_prompt_is_the_zero_cot_prompt():
 
 def test_r0_gives_exactly_the_zero_cot_probe_records_on_the_shipped_model():
     from zcp.backends.hf import HFBackend
-    from zcp.modeling import base_model_path
+    from zcp.simulate.base_model import base_model_path
 
     backend = HFBackend.from_pretrained(base_model_path(), dtype="float32", device="cpu")
     items = [Item("a", "Ivy collected 7 marbles on Monday and 18 marbles on Tuesday. How many marbles did Ivy "
@@ -221,8 +221,8 @@ def test_detection_rate_counts_a_share(monkeypatch):
     settings = DetectSettings(seeds=(0,), bootstrap_samples=200)
     rows = sample_size_study(recs, ["acc"], settings, sizes=[10], subsets=20, seed=3)
     rate = next(r for r in rows if r["split"] == "C" and r["n"] == 10 and r["metric"] == "acc")["detection_rate"]
-    from zcp.ablations import _results_by
-    from zcp.detect import analyse
+    from zcp.probe.detect import analyse
+    from zcp.validate.ablations import _results_by
 
     by_item = {}
     for r in recs:
@@ -248,8 +248,9 @@ def test_ablations_config_compose(override, ok):
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
-    from zcp.config import ConfigError, validate
-    from zcp.study import REPO_CONF
+    from zcp.config import validate
+    from zcp.errors import ConfigError
+    from zcp.validate.study import REPO_CONF
 
     with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
         if ok:
@@ -268,10 +269,10 @@ def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
 
     from hydra import compose, initialize_config_dir
 
-    from zcp.ablations import run_ablations
-    from zcp.data.loaders import save_items
-    from zcp.modeling import base_model_path
-    from zcp.study import REPO_CONF
+    from zcp.benchmarks.loaders import save_items
+    from zcp.simulate.base_model import base_model_path
+    from zcp.validate.ablations import run_ablations
+    from zcp.validate.study import REPO_CONF
 
     items = [Item("a", "Ivy has 7 marbles and gets 18 more. How many marbles does Ivy have?", "25"),
              Item("b", "Tom has 12 apples and eats 5. How many apples are left?", "7"),
@@ -301,10 +302,10 @@ def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
 
         det = tmp_path / "det"
         det.mkdir()
-        from zcp.io import write_jsonl
+        from zcp.core.io import write_jsonl
 
         write_jsonl(det / "records.jsonl", _records(n=12))
-        from zcp.io import write_json  # a finished detection: its meta and summary beside the records
+        from zcp.core.io import write_json  # a finished detection: its meta and summary beside the records
 
         write_json(det / "run_meta.json", {"fingerprint": "hand-made", "n_units": len(_records(n=12))})
         write_json(det / "summary.json", {"metrics": ["acc", "p_first", "p_all"]})

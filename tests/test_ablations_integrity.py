@@ -1,7 +1,7 @@
 """The ablations read only finished detections, write their own results before the optional r = 0 check, and
 the run's detection is found one way everywhere (issue 18).
 
-Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.detect writes
+Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
 them); the truncation ablation runs on the fake backend of tests/fakes.py (`zcp.config.build_backend` patched).
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fakes import FakeBackend
 
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.io import write_json, write_jsonl
-from zcp.modeling import base_model_path
-from zcp.schemas import ConfigError
+from zcp.benchmarks.loaders import save_items
+from zcp.core.io import write_json, write_jsonl
+from zcp.core.items import Item
+from zcp.errors import ConfigError
+from zcp.simulate.base_model import base_model_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def _compose(overrides: list[str]):
 def test_the_sample_size_study_refuses_an_unfinished_detection(tmp_path):
     """Records cut at 200 of 400 lines, no summary.json: one line naming the dir and what is missing,
     before anything is written (not a table of "C | 44 (all)" for a 50-item C)."""
-    from zcp.ablations import run_ablations
+    from zcp.validate.ablations import run_ablations
 
     rec = _detection(tmp_path / "det_cut", cut=200, summary=False)
     out = tmp_path / "out"
@@ -93,7 +93,7 @@ def _truncation_inputs(tmp_path: Path) -> tuple[list[str], FakeBackend]:
 
 
 def test_the_r0_check_against_a_detection_cut_mid_line_is_skipped_with_the_reason(tmp_path, monkeypatch):
-    from zcp.ablations import run_ablations
+    from zcp.validate.ablations import run_ablations
 
     overrides, fb = _truncation_inputs(tmp_path)
     monkeypatch.setattr("zcp.config.build_backend", lambda *a, **k: fb)
@@ -109,7 +109,7 @@ def test_the_ablations_own_results_are_written_before_the_optional_check(tmp_pat
     """Whatever the r = 0 comparison does, the truncation curve is already in summary.json and ablations.md."""
     import json
 
-    from zcp.ablations import run_ablations
+    from zcp.validate.ablations import run_ablations
 
     overrides, fb = _truncation_inputs(tmp_path)
     monkeypatch.setattr("zcp.config.build_backend", lambda *a, **k: fb)
@@ -117,7 +117,7 @@ def test_the_ablations_own_results_are_written_before_the_optional_check(tmp_pat
     def boom(*a, **k):
         raise RuntimeError("the optional comparison failed")
 
-    monkeypatch.setattr("zcp.ablations.compare_with_detection", boom)
+    monkeypatch.setattr("zcp.validate.ablations.compare_with_detection", boom)
     rec = _detection(tmp_path / "det", n=2)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="optional comparison"):
@@ -132,8 +132,8 @@ def test_the_newest_finished_detection_is_found_one_way(tmp_path):
     one lookup the baselines, the ablations and the study report share."""
     import os
 
-    from zcp.detect import newest_finished_detection
-    from zcp.study import newest_detection_dir
+    from zcp.probe.detect import newest_finished_detection
+    from zcp.validate.study import newest_detection_dir
 
     run = tmp_path / "run"
     _detection(run / "detect" / "FT__old", n=4)
@@ -148,8 +148,8 @@ def test_the_newest_finished_detection_is_found_one_way(tmp_path):
     (run / "detect" / "FT__old" / "summary.json").unlink()
     with pytest.raises(ConfigError, match="no finished detect/FT"):
         newest_detection_dir(run)
-    import zcp.ablations
-    import zcp.detectors.run
+    import zcp.validate.ablations
+    import zcp.validate.baselines
 
-    # the per-module lookups are gone: every caller goes through zcp.detect.newest_finished_detection
-    assert not hasattr(zcp.ablations, "newest_detection_records") and not hasattr(zcp.detectors.run, "_newest_records")
+    # the per-module lookups are gone: every caller goes through zcp.probe.detect.newest_finished_detection
+    assert not hasattr(zcp.validate.ablations, "newest_detection_records") and not hasattr(zcp.validate.baselines, "_newest_records")

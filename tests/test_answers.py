@@ -2,7 +2,7 @@
 
 import pytest
 
-from zcp.answers import answers_equal, extract_boxed, extract_prefilled_box, is_parsable
+from zcp.core.answers import answers_equal, extract_boxed, extract_prefilled_box, is_parsable
 
 
 @pytest.mark.parametrize(("a", "b"), [("18", "18.0"), ("\\$18", "18"), ("$18$", "18"), ("1,000", "1000"),

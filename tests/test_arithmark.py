@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zcp.backends.base import ScoreResult
-from zcp.data.arithmark import (
+from zcp.benchmarks.arithmark import (
     arithmark_to_item,
     evaluate_arithmark,
     evaluate_expression,
@@ -31,8 +31,9 @@ from zcp.data.arithmark import (
     summarize_arithmark,
     validate_record,
 )
-from zcp.data.schema import DataError, Item
-from zcp.io import read_jsonl, write_jsonl
+from zcp.core.io import read_jsonl, write_jsonl
+from zcp.core.items import Item
+from zcp.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_KEYS = ["id", "stage", "n_operands", "expression", "options", "answer_index", "answer"]
@@ -311,8 +312,8 @@ def test_perturbation_keeps_which_operands_the_answer_starts_like():
 
 
 def test_perturbation_structure_on_the_benchmark(records):
-    from zcp.data.arithmark import _structure
-    from zcp.reference.matching import lost_names
+    from zcp.benchmarks.arithmark import _structure
+    from zcp.benchmarks.references.matching import lost_names
 
     lost = []
     for r in records[::50]:
@@ -470,7 +471,7 @@ def test_hydra_entry_point(tmp_path):
 @pytest.mark.slow
 def test_tiny_hf_model_end_to_end(tmp_path):
     pytest.importorskip("zcp.backends.hf")
-    testing = pytest.importorskip("zcp.testing")
+    testing = pytest.importorskip("zcp.core.testing")
     recs = generate_arithmark(4, seed=0)
     tok = testing.train_tokenizer([f"{r['expression']} = {o}" for r in recs for o in r["options"]])
     model = testing.tiny_llama(tok)

@@ -10,13 +10,13 @@ import torch
 
 from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend
-from zcp.probe import ZERO_COT_PREFIX
-from zcp.testing import (
+from zcp.core.testing import (
     tiny_llama,
     train_qwen2_style_tokenizer,
     train_sentencepiece_style_tokenizer,
     train_tokenizer,
 )
+from zcp.probe.prompts import ZERO_COT_PREFIX
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +285,7 @@ def test_from_pretrained_roundtrip(tmp_path, tiny_model, tiny_tok):
 
 def test_model_rewritten_in_place_gets_a_new_fingerprint(tmp_path, tiny_model, tiny_tok):
     """Results are keyed by what the weights are, not where they live (a retrained model, same folder)."""
-    from zcp.io import model_fingerprint
+    from zcp.core.io import model_fingerprint
 
     tiny_model.save_pretrained(tmp_path / "m")
     tiny_tok.save_pretrained(tmp_path / "m")

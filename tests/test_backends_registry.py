@@ -16,9 +16,10 @@ import zcp.config
 from zcp.backends.base import Prompt
 from zcp.backends.config import ModelConfig, model_config
 from zcp.backends.hf import HFBackend
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.schemas import ConfigError, validate
+from zcp.benchmarks.loaders import save_items
+from zcp.config.schemas import validate
+from zcp.core.items import Item
+from zcp.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml"))
@@ -101,7 +102,7 @@ def test_vllm_backend_without_vllm_says_how_to_install():
 
 
 def test_model_probe_settings_override_the_probe_group():
-    from zcp.detect import probe_config
+    from zcp.probe.detect import probe_config
 
     cfg = _compose("model=qwen2.5-math-7b-instruct", "probe.full_cot_max_tokens=99", "probe.zero_cot_max_tokens=7")
     probe = probe_config(cfg.probe, cfg.model)
@@ -119,8 +120,8 @@ def test_chat_false_never_renders_the_template(tiny_model, tiny_tok):
 
 def test_enable_thinking_false_reaches_every_prompt_of_a_detection_run(tmp_path, monkeypatch):
     from zcp.backends.tokenized import TokenizedBackend
-    from zcp.detect import run_detect
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.core.testing import tiny_llama, train_tokenizer
+    from zcp.probe.detect import run_detect
 
     texts = [f"Ann has {i} pens and gets {i % 9 + 1} more. How many pens? The final answer is: \\[ \\boxed{{{i}}} \\]"
              for i in range(120)]
@@ -162,7 +163,7 @@ def test_gpu_7b_grpo_rolls_out_with_vllm_colocate():
     from omegaconf import OmegaConf
     from trl import GRPOConfig
 
-    from zcp.training.sft import trainer_args
+    from zcp.simulate.sft import trainer_args
 
     cfg = _compose("train=gpu_7b", "model=qwen2.5-math-7b-instruct", name="contaminate")
     grpo = OmegaConf.to_container(cfg.train.grpo, resolve=True)
@@ -184,8 +185,8 @@ def test_engines_implement_the_backend_interface(tiny_model, tiny_tok, monkeypat
 
 
 def test_max_length_caps_the_context_a_probe_may_use(tiny_model, tiny_tok):
-    from zcp.detect import fit_context
-    from zcp.probe import ProbeConfig
+    from zcp.probe.detect import fit_context
+    from zcp.probe.prompts import ProbeConfig
 
     full = HFBackend(tiny_model, tiny_tok)
     capped = HFBackend(tiny_model, tiny_tok, max_length=40)
@@ -202,8 +203,8 @@ def test_table6_evaluation_renders_with_the_model_configs_chat_template_kwargs(m
     """The contamination job's full-CoT evaluation (Table 6) holds its model in memory; it must render the
     prompts as training and detection do (Qwen3 non-thinking), not in the template's default mode."""
     from zcp.backends.tokenized import TokenizedBackend
-    from zcp.testing import tiny_llama, train_tokenizer
-    from zcp.training.contaminate import full_cot_eval
+    from zcp.core.testing import tiny_llama, train_tokenizer
+    from zcp.simulate.contaminate import full_cot_eval
 
     tok = train_tokenizer([f"Ann has {i} pens. How many pens? {i}" for i in range(60)], vocab_size=300,
                           chat_template=THINK_TEMPLATE)

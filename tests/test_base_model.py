@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from zcp.data.wordproblems import FINAL_ANSWER_PREFIX, signature, signatures
-from zcp.modeling import (
+from zcp.benchmarks.wordproblems import FINAL_ANSWER_PREFIX, signature, signatures
+from zcp.simulate.base_model import (
     BENCHMARK_SEED,
     RESERVED_BENCHMARK_ITEMS,
     base_model_path,
@@ -92,7 +92,7 @@ def test_heldout_items_are_reserved_and_excluded_from_corpus() -> None:
 
 
 def test_full_cot_accuracy_on_heldout(shipped) -> None:
-    from zcp.answers import answers_equal, extract_boxed
+    from zcp.core.answers import answers_equal, extract_boxed
 
     model, tok = shipped
     items = benchmark_pool(100)
@@ -103,7 +103,7 @@ def test_full_cot_accuracy_on_heldout(shipped) -> None:
         backend = HFBackend(model, tok)
         outs = backend.generate([GenerationRequest(Prompt(user=it.question), max_new_tokens=80) for it in items])
     except ImportError:  # pragma: no cover - before the HF backend lands
-        from zcp.modeling import generate_cot
+        from zcp.simulate.base_model import generate_cot
 
         outs = generate_cot(model, tok, [it.question for it in items], max_new_tokens=80)
     correct = [answers_equal(extract_boxed(o), it.answer) for o, it in zip(outs, items, strict=True)]
@@ -148,7 +148,7 @@ def test_tokenizer_training_is_deterministic() -> None:
 def test_answer_only_mix_share_and_benchmark_pool_excluded() -> None:
     """The direct-answer variant's corpus: answer-only items (final-answer line right after the question) at
     the configured share, none from the reserved benchmark pool, and fraction 0 leaves the corpus unchanged."""
-    from zcp.modeling import answer_only, mix_answer_only
+    from zcp.simulate.base_model import answer_only, mix_answer_only
 
     pool = signatures(benchmark_pool(RESERVED_BENCHMARK_ITEMS))
     corpus = build_corpus(4000, seed=3, exclude=pool, rewording_fraction=0.3, drill_fraction=0.4)
@@ -173,7 +173,7 @@ def test_answer_only_mix_share_and_benchmark_pool_excluded() -> None:
 def test_direct_answer_variant_keeps_cot_and_answers_without_it() -> None:
     """zcp/assets/base_model_direct: the shipped model's full-CoT quality, plus a measurable zero-CoT accuracy
     (the direct-answer pathway) on reserved items it never saw, re-measured live on 100 of them."""
-    from zcp.modeling import zero_cot_accuracy
+    from zcp.simulate.base_model import zero_cot_accuracy
 
     direct = PATH.parent / "base_model_direct"
     if not (direct / "model.safetensors").is_file():

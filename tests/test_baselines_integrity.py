@@ -1,6 +1,6 @@
 """run_baselines never reports from stale, partial or foreign inputs and never loses finished work (issue 18).
 
-Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.detect writes
+Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
 them); the audited model is the shipped model's folder (its content fingerprint is what records are matched
 against), but no model is loaded: `zcp.config.build_backend` is patched to a fake (the zcp_* detectors never
 call the model; the likelihood ones get a text-scoring fake), or to raise where nothing may load.
@@ -17,13 +17,19 @@ import pytest
 from fakes import FakeBackend
 
 from zcp.backends.base import ScoreRequest, ScoreResult
-from zcp.data.loaders import save_items
-from zcp.data.schema import DataError, Item
-from zcp.detectors.base import Detector, DetectorContext, DetectorSpec, get_detector, register_detector
-from zcp.detectors.run import FileData, JobInputs, baselines
-from zcp.io import RunDirError, RunLock, model_fingerprint, read_jsonl, write_json, write_jsonl
-from zcp.modeling import base_model_path
-from zcp.schemas import ConfigError
+from zcp.benchmarks.loaders import save_items
+from zcp.core.io import RunLock, model_fingerprint, read_jsonl, write_json, write_jsonl
+from zcp.core.items import Item
+from zcp.errors import ConfigError, DataError, RunDirError
+from zcp.simulate.base_model import base_model_path
+from zcp.validate.baselines import FileData, JobInputs, baselines
+from zcp.validate.detectors.base import (
+    Detector,
+    DetectorContext,
+    DetectorSpec,
+    get_detector,
+    register_detector,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = str(base_model_path())
@@ -42,7 +48,7 @@ def _audited() -> str:
 
 def _detection(d: Path, c: Sequence[Item], u: Sequence[Item], *, gap: bool = True, model: str | None = None,
                cut: int | None = None, summary: bool = True, m: int = 2, left_out: Sequence[str] = ()) -> Path:
-    """A detection run dir as zcp.detect leaves it: on C the original is right and its draws wrong (`gap`),
+    """A detection run dir as zcp.probe.detect leaves it: on C the original is right and its draws wrong (`gap`),
     on U nothing is right. `cut`: only the first rows (a killed run); `summary=False`: no summary.json."""
     recs = []
     for split, items in (("C", c), ("U", u)):
@@ -69,7 +75,7 @@ def _detection(d: Path, c: Sequence[Item], u: Sequence[Item], *, gap: bool = Tru
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    import zcp.detectors.run  # noqa: F401 - stores baselines_schema
+    import zcp.validate.baselines  # noqa: F401 - stores baselines_schema
 
     with initialize_config_dir(str(REPO / "conf"), version_base=None):
         return compose("baselines", overrides=[f"model.path={MODEL}", "logger=none", *overrides])
@@ -121,7 +127,7 @@ def no_models(monkeypatch):
 
 
 def _run(overrides):
-    from zcp.detectors.run import run_baselines
+    from zcp.validate.baselines import run_baselines
 
     return run_baselines(_compose(overrides))
 
@@ -162,8 +168,8 @@ def test_an_unfinished_detection_is_refused_by_name_before_any_model_loads(tmp_p
 def test_the_default_detector_list_skips_zcp_on_an_unfinished_run_detection(tmp_path):
     """A run dir whose detection is unfinished: with the default list the zcp_* detectors are skipped with the
     reason (the others run); a zcp_* detector the user named is an error."""
-    from zcp.detect import newest_finished_detection
-    from zcp.detectors.run import DEFAULT_DETECTORS, check_detection_records
+    from zcp.probe.detect import newest_finished_detection
+    from zcp.validate.baselines import DEFAULT_DETECTORS, check_detection_records
 
     c, u = _items(4, "c"), _items(4, "u", "cups")
     run = tmp_path / "run"
@@ -272,7 +278,7 @@ def test_items_a_detection_left_out_on_purpose_stay_unscored(tmp_path, fake_mode
 
 
 def test_the_model_of_a_detection_is_read_from_its_meta_else_its_config(tmp_path):
-    from zcp.detectors.run import detection_model
+    from zcp.validate.baselines import detection_model
 
     d = tmp_path / "det"
     _detection(d, _items(2, "c"), _items(2, "u"))
@@ -362,8 +368,8 @@ def test_a_model_that_fails_to_load_leaves_no_directory(tmp_path, monkeypatch):
 def test_a_directory_of_the_previous_format_resumes(tmp_path, fake_models):
     """A dir whose run_meta.json has the fingerprint of before version 2 (reference model in it) is taken
     over: nothing is scored again, its meta is upgraded, its ref rows (no inputs hash) count as made with it."""
-    from zcp.detectors.run import _unit_lines, inputs_from_data
-    from zcp.io import stable_hash
+    from zcp.core.io import stable_hash
+    from zcp.validate.baselines import _unit_lines, inputs_from_data
 
     c, u = _items(4, "c"), _items(4, "u", "cups")
     files = _files(tmp_path, c, u)

@@ -13,11 +13,11 @@ import pytest
 
 from zcp.backends.base import Prompt
 from zcp.backends.hf import HFBackend
-from zcp.data.wordproblems import generate_word_problems
-from zcp.detectors.base import DetectorContext, get_detector
-from zcp.detectors.run import FileData, JobInputs, baselines
-from zcp.reference.registry import reference_draws
-from zcp.testing import fit_sequences
+from zcp.benchmarks.references.registry import reference_draws
+from zcp.benchmarks.wordproblems import generate_word_problems
+from zcp.core.testing import fit_sequences
+from zcp.validate.baselines import FileData, JobInputs, baselines
+from zcp.validate.detectors.base import DetectorContext, get_detector
 
 SCORE_DETECTORS = ["ppl", "zlib", "mink20", "minkpp20", "ref", "recon"]
 
@@ -29,7 +29,7 @@ def _fit(model, tok, texts, steps, lr=3e-3):
 
 @pytest.fixture(scope="module")
 def memorised():
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     items = generate_word_problems(36, seed=11, id_prefix="m")
     c, u, u2 = items[:12], items[12:24], items[24:36]
@@ -91,7 +91,7 @@ def test_guided_instruction_fires_when_the_instances_leaked_with_their_metadata(
     """Golchin & Surdeanu's premise: the instances leaked together with their dataset and split names. A copy
     fine-tuned on C's instances in the guided form completes them under the guided instruction and not
     under the general one (the decision fires); on the untrained base model it does not."""
-    from zcp.detectors.reconstruction import GUIDED, split_question
+    from zcp.validate.detectors.reconstruction import GUIDED, split_question
 
     m = memorised
     tok = m["backend"].tokenizer

@@ -11,11 +11,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
-from zcp.build_data import build_data
-from zcp.data.schema import DataError
-from zcp.data.split import Manifest
-from zcp.io import read_jsonl, sha256_file
-from zcp.paraphrase import numeric_values
+from zcp.benchmarks.build import build_data
+from zcp.benchmarks.paraphrase import numeric_values
+from zcp.benchmarks.split import Manifest
+from zcp.core.io import read_jsonl, sha256_file
+from zcp.errors import DataError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -26,7 +26,7 @@ def _cfg(overrides: list[str]) -> Any:
 
 
 class RecordingTracker:
-    """Stands in for zcp.tracking.Tracker and records what would go to W&B."""
+    """Stands in for zcp.core.tracking.Tracker and records what would go to W&B."""
 
     calls: ClassVar[list[tuple[str, Any]]] = []
 
@@ -57,9 +57,9 @@ class RecordingTracker:
 
 @pytest.fixture
 def recording_tracker(monkeypatch):
-    import zcp.tracking
+    import zcp.core.tracking
 
-    monkeypatch.setattr(zcp.tracking, "Tracker", RecordingTracker)
+    monkeypatch.setattr(zcp.core.tracking, "Tracker", RecordingTracker)
     return RecordingTracker
 
 
@@ -126,14 +126,14 @@ def test_same_seed_same_build(shared_data, tmp_path):
 
 
 def test_generated_word_problems_use_their_programs_and_templates(tmp_path):
-    from zcp.data.wordproblems import execute
+    from zcp.benchmarks.wordproblems import execute
 
     cfg = _cfg(["data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null", "+data.n=12",
                 "reference.m=2", "paraphrase=template", "paraphrase.k=2", "logger=none", f"output_dir={tmp_path}"])
     report = build_data(cfg)
     assert report["reference"]["method"] == "wordproblem" and report["reference"]["coverage"] == 1.0
     items = {r["id"]: r for r in read_jsonl(tmp_path / "items.jsonl")}
-    from zcp.data.schema import Item
+    from zcp.core.items import Item
 
     for r in read_jsonl(tmp_path / "reference.jsonl"):
         ref = Item.from_dict(r)
@@ -147,7 +147,7 @@ def test_generated_word_problems_use_their_programs_and_templates(tmp_path):
 
 
 def test_arithmark_reference(tmp_path):
-    from zcp.data.arithmark import evaluate_expression, parse_expression
+    from zcp.benchmarks.arithmark import evaluate_expression, parse_expression
 
     cfg = _cfg(["data=jsonl", "data.name=arithmark", "data.format=arithmark", "data.path=null",
                 "+data.n_per_stage=3", "paraphrase=none", "logger=none", f"output_dir={tmp_path}"])
@@ -221,8 +221,8 @@ def test_bad_rows_are_reported_or_fail_with_file_and_row(tmp_path):
 
 
 def test_answer_shift_fields_and_warnings_on_a_biased_toy_reference():
-    from zcp.build_data import answer_shift
-    from zcp.data.schema import Item
+    from zcp.benchmarks.build import answer_shift
+    from zcp.core.items import Item
 
     items = [Item(f"t{i}", f"q{i}", str(a)) for i, a in enumerate([12, 45, 7, 300, 86, 2])]
     biased = [Item(f"t{i}::ref0", "q", str(int(it.answer) * 10), metadata={"original_id": it.id})
@@ -252,7 +252,7 @@ def test_answer_shift_fields_and_warnings_on_a_biased_toy_reference():
 def test_numeric_answers_and_leading_digits():
     from fractions import Fraction
 
-    from zcp.build_data import _leading_digit, numeric_answer
+    from zcp.benchmarks.build import _leading_digit, numeric_answer
 
     assert [numeric_answer(x) for x in ("18", "-4.2317", "$1,250", "35%", "3/4", "\\frac{1}{2}", "x+1", "")] == \
         [18, Fraction("-4.2317"), 1250, 35, Fraction(3, 4), Fraction(1, 2), None, None]
@@ -287,7 +287,7 @@ def test_build_report_warns_when_the_reference_set_is_harder(tmp_path, caplog):
     base = ["data=jsonl", "data.name=math", f"data.path={data}", "data.format=items", "reference=llm",
             "paraphrase=none", "logger=none"]
     backends = {"generator": _Inflating("gen"), "judges": [_Inflating("judge")]}
-    with caplog.at_level("WARNING", logger="zcp.build_data"):
+    with caplog.at_level("WARNING", logger="zcp.benchmarks.build"):
         report = build_data(_cfg([*base, f"output_dir={tmp_path / 'o'}"]), backends=backends)
     shift = report["reference"]["shift"]
     assert shift["pairs"] == 4 and shift["larger"] == 1.0 and shift["longer"] == 1.0

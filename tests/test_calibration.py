@@ -1,4 +1,4 @@
-"""The calibration study (zcp.calibration): its simulated nulls hold H0, its vectorised tests are the
+"""The calibration study (zcp.validate.calibration): its simulated nulls hold H0, its vectorised tests are the
 library's and scipy's, the permutation test keeps its level where the old tests do not, the real-score
 null is built right, and the entry point runs end to end on a tiny setting."""
 
@@ -13,8 +13,8 @@ from fakes import FakeBackend
 from scipy import stats as sps
 
 import zcp.config
-from zcp import calibration as cal
-from zcp.stats import binary_null_law, bootstrap_pvalue, paired_test
+from zcp.probe.stats import binary_null_law, bootstrap_pvalue, paired_test
+from zcp.validate import calibration as cal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_permutation_enumeration_matches_the_library_exactly():
 
 def test_bootstrap_matches_the_library_in_law():
     """Both resampling paths (gathered indices; multinomial counts for few distinct values) agree with
-    zcp.stats.bootstrap_pvalue up to Monte Carlo noise."""
+    zcp.probe.stats.bootstrap_pvalue up to Monte Carlo noise."""
     rng = np.random.default_rng(5)
     for regime, n in (("binary", 400), ("skewed", 30)):
         orig, ref = cal.simulate(rng, regime, 0.5, 3, n, 4, effect=0.05 if regime == "binary" else 0.3)

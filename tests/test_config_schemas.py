@@ -1,4 +1,4 @@
-"""Issue 18: every config group a job reads is typed and checked before anything loads (zcp.schemas.validate).
+"""Issue 18: every config group a job reads is typed and checked before anything loads (zcp.config.schemas.validate).
 
 Each case is the issue's command: its overrides composed with the real conf/ files through Hydra's compose API,
 then the entry point itself (train/*.py, evaluate/*.py, called with the composed config as Hydra calls it). It must
@@ -18,8 +18,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import zcp.config  # (registers the typed groups and the ${zcp.asset:...} resolver)
-import zcp.detectors.run  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
-from zcp.schemas import ConfigError, validate
+import zcp.validate.baselines  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
+from zcp.config.schemas import validate
+from zcp.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = str(REPO / "conf")

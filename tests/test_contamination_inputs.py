@@ -19,9 +19,10 @@ import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from zcp.data.schema import DataError, Item
-from zcp.training import data as tdata
-from zcp.training.rewards import (
+from zcp.core.items import Item
+from zcp.errors import DataError
+from zcp.simulate import data as tdata
+from zcp.simulate.rewards import (
     ANSWER_FORMATS,
     answer_line,
     correctness_reward,
@@ -30,7 +31,7 @@ from zcp.training.rewards import (
     make_format_reward,
     reward_funcs,
 )
-from zcp.training.stages import Stage, run_stages
+from zcp.simulate.stages import Stage, run_stages
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -91,7 +92,7 @@ def test_runner_resumes_after_sigkill(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from zcp.training.stages import Stage, run_stages
+        from zcp.simulate.stages import Stage, run_stages
         root = Path({str(tmp_path)!r})
         def run(name):
             def go():
@@ -128,7 +129,7 @@ def test_rewards_by_name_and_unknown_name_is_one_line():
 
 
 def test_grpo_reward_weights_follow_the_names():
-    from zcp.training.contaminate import _grpo_reward_settings
+    from zcp.simulate.contaminate import _grpo_reward_settings
 
     names, settings = _grpo_reward_settings({"rewards": {"format": 0.25, "correctness": 1.0}, "grpo": {"beta": 0.0}})
     assert names == ["format", "correctness"] and settings["reward_weights"] == [0.25, 1.0]
@@ -140,7 +141,7 @@ def test_grpo_reward_weights_follow_the_names():
 
 @pytest.mark.parametrize("fmt", [*ANSWER_FORMATS, "mix"])
 def test_each_answer_format_renders_the_leak_and_its_reward_accepts_it(fmt):
-    from zcp.data.wordproblems import generate_word_problems
+    from zcp.benchmarks.wordproblems import generate_word_problems
 
     items = generate_word_problems(6, seed=3)
     variants, _ = tdata.make_variants(items, 2, seed=0)
@@ -186,14 +187,14 @@ def test_extract_answer_reads_every_format_and_takes_the_last():
 
 
 def _bench(n: int = 4) -> list[Item]:
-    from zcp.data.wordproblems import generate_word_problems
+    from zcp.benchmarks.wordproblems import generate_word_problems
 
     return generate_word_problems(n, seed=11, id_prefix="b")
 
 
 def test_prebuilt_paraphrases_pair_with_c_items(tmp_path):
-    from zcp.data.loaders import save_items
-    from zcp.data.wordproblems import reword_word_problem
+    from zcp.benchmarks.loaders import save_items
+    from zcp.benchmarks.wordproblems import reword_word_problem
 
     items = _bench()
     rows = [v for it in items for v in reword_word_problem(it, 3, 0)]
@@ -231,7 +232,7 @@ def test_prebuilt_paraphrases_unknown_or_missing_ids_fail_naming_file_and_row(tm
 
 
 def test_release_paraphrased_file_pairs_by_original_index():
-    from zcp.data.loaders import load_benchmark
+    from zcp.benchmarks.loaders import load_benchmark
 
     path = RELEASE / "gsm8k_train_paraphrased_dataset_rows1-3.jsonl"
     bench = load_benchmark(path, "zcp_release", variant="original")
@@ -257,8 +258,8 @@ def _compose(*overrides: str) -> dict:
 
 
 def test_manifest_from_given_c_and_u_files(tmp_path):
-    from zcp.data.split import Manifest
-    from zcp.training.contaminate import _manifest, load_benchmark
+    from zcp.benchmarks.split import Manifest
+    from zcp.simulate.contaminate import _manifest, load_benchmark
 
     c_path, u_path = tmp_path / "dataset_c.jsonl", tmp_path / "dataset_u.jsonl"
     src = (RELEASE / "omnimath_dataset_c_rows1-6_2154.jsonl").read_text().splitlines()[:6]
@@ -277,8 +278,8 @@ def test_manifest_from_given_c_and_u_files(tmp_path):
 
 
 def test_given_split_files_and_inputs_fail_in_one_line_before_any_model(tmp_path):
-    from zcp.schemas import ConfigError
-    from zcp.training.contaminate import check_inputs, load_split_files
+    from zcp.errors import ConfigError
+    from zcp.simulate.contaminate import check_inputs, load_split_files
 
     c_path = tmp_path / "c.jsonl"
     c_path.write_text(json.dumps({"id": "x1", "question": "1+1?", "answer": "2"}) + "\n")
@@ -302,7 +303,8 @@ def test_given_split_files_and_inputs_fail_in_one_line_before_any_model(tmp_path
 
 
 def test_answer_format_is_typed_at_compose_time():
-    from zcp.schemas import ConfigError, validate
+    from zcp.config.schemas import validate
+    from zcp.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"exposure\.answer_format"):
         validate(_compose("exposure.answer_format=latex"))
@@ -312,7 +314,7 @@ def test_answer_format_is_typed_at_compose_time():
 def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
     """Configs written before answer_format / paraphrases_path / split files / train.rewards existed keep their
     run dir (and so resume); setting one of them to a non-default value gives a new run dir."""
-    from zcp.training.contaminate import _run_dir
+    from zcp.simulate.contaminate import _run_dir
 
     new = _compose()
     old = json.loads(json.dumps(new))
@@ -343,8 +345,8 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
     """exposure.paraphraser=llm: the training data stage builds the backend with zcp.config.build_backend from
     paraphrase.model and trains on the LLM's validated rewrites (a fake backend stands in for the model)."""
     import zcp.config
-    from zcp.data.split import split_items
-    from zcp.training.contaminate import build_training_data
+    from zcp.benchmarks.split import split_items
+    from zcp.simulate.contaminate import build_training_data
 
     built = []
 
@@ -382,7 +384,7 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
 def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path):
     """run_config.json written with the full model section and without the new keys (as before issue #11):
     the same training config is accepted, a different one still refused."""
-    from zcp.training.contaminate import _config_fingerprint, _fingerprint_check
+    from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check
 
     cfg = _compose()
     old_fp = json.loads(json.dumps({k: v for k, v in cfg.items()

@@ -5,10 +5,10 @@ import json
 import pytest
 from fakes import FakeBackend
 
-from zcp.data.schema import Item
-from zcp.detect import DetectDataset, DetectSettings, analyse, detect
-from zcp.probe import ProbeConfig
-from zcp.stats import c_cont
+from zcp.core.items import Item
+from zcp.probe.detect import DetectDataset, DetectSettings, analyse, detect
+from zcp.probe.prompts import ProbeConfig
+from zcp.probe.stats import c_cont
 
 
 def _dataset(n=30, m=3, memorise=True):
@@ -98,7 +98,7 @@ def test_one_verdict_from_all_draws_seeds_only_vary_the_stream():
 
 def test_file_used_as_its_own_reference_gives_exactly_no_evidence(tmp_path):
     from zcp.backends.hf import HFBackend
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     items = [Item(f"i{k}", f"Tom has {k + 3} apples and buys {2 * k + 1} more. How many apples?", str(3 * k + 4))
              for k in range(40)]
@@ -172,9 +172,9 @@ def test_per_seed_draws_are_disjoint_shares():
 def test_load_datasets_with_manifest_and_variants(tmp_path):
     from omegaconf import OmegaConf
 
-    from zcp.data.loaders import save_items
-    from zcp.data.split import split_items
-    from zcp.detect import load_datasets
+    from zcp.benchmarks.loaders import save_items
+    from zcp.benchmarks.split import split_items
+    from zcp.probe.detect import load_datasets
 
     ds, _, _ = _dataset(n=10, m=2)
     save_items(tmp_path / "items.jsonl", ds.originals)
@@ -197,9 +197,9 @@ def test_load_datasets_with_manifest_and_variants(tmp_path):
 def test_missing_reference_error_or_skip(tmp_path):
     from omegaconf import OmegaConf
 
-    from zcp.data.loaders import save_items
-    from zcp.data.schema import DataError
-    from zcp.detect import load_datasets
+    from zcp.benchmarks.loaders import save_items
+    from zcp.errors import DataError
+    from zcp.probe.detect import load_datasets
 
     ds, _, _ = _dataset(n=4, m=1)
     save_items(tmp_path / "items.jsonl", ds.originals)
@@ -226,7 +226,8 @@ def test_resume_refuses_records_of_other_weights(tmp_path):
 
 
 def test_run_dir_is_locked_against_a_second_run(tmp_path):
-    from zcp.io import RunDirError, RunLock
+    from zcp.core.io import RunLock
+    from zcp.errors import RunDirError
 
     ds, mem, truth = _dataset(n=5)
     settings = DetectSettings(bootstrap_samples=100, progress=False)
@@ -265,7 +266,7 @@ def test_records_without_final_newline_and_duplicates_are_repaired(tmp_path):
 
 
 def test_truncated_run_meta_names_the_file(tmp_path):
-    from zcp.io import RunDirError
+    from zcp.errors import RunDirError
 
     ds, mem, truth = _dataset(n=5)
     settings = DetectSettings(bootstrap_samples=100, progress=False)
@@ -278,7 +279,7 @@ def test_truncated_run_meta_names_the_file(tmp_path):
 
 def _tiny_backend(items, max_positions):
     from zcp.backends.hf import HFBackend
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     tok = train_tokenizer([it.question + " " + it.answer for it in items] * 3, vocab_size=300)
     return HFBackend(tiny_llama(tok, seed=2, max_positions=max_positions), tok)
@@ -293,7 +294,7 @@ def _long_and_short(n=6):
 
 
 def test_context_overflow_is_refused_by_default_before_probing(tmp_path):
-    from zcp.data.schema import DataError
+    from zcp.errors import DataError
 
     items, ref = _long_and_short()
     backend = _tiny_backend(items, max_positions=64)

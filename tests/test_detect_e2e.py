@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
+from zcp.benchmarks.loaders import save_items
+from zcp.core.items import Item
+from zcp.core.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ["Ann", "Bob", "Cara", "Dan", "Eve", "Finn"]

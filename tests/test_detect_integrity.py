@@ -22,11 +22,11 @@ import pytest
 from fakes import FakeBackend
 from omegaconf import OmegaConf
 
-from zcp.data.loaders import save_items
-from zcp.data.schema import DataError, Item
-from zcp.detect import DetectDataset, DetectSettings, detect, fit_context, load_datasets
-from zcp.io import RunDirError
-from zcp.probe import ProbeConfig
+from zcp.benchmarks.loaders import save_items
+from zcp.core.items import Item
+from zcp.errors import DataError, RunDirError
+from zcp.probe.detect import DetectDataset, DetectSettings, detect, fit_context, load_datasets
+from zcp.probe.prompts import ProbeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -51,7 +51,7 @@ def _files(tmp_path: Path, n: int = 5, with_ref: int = 3) -> dict:
 
 def _hf(max_positions: int, chat_template: str | None = "default", chat: bool = True):
     from zcp.backends.hf import HFBackend
-    from zcp.testing import CHAT_TEMPLATE, tiny_llama, train_tokenizer
+    from zcp.core.testing import CHAT_TEMPLATE, tiny_llama, train_tokenizer
 
     items, _ = _items(8)
     texts = [it.question + " The final answer is: \\[ \\boxed{12} \\]" for it in items] * 3
@@ -80,7 +80,7 @@ def test_missing_reference_error_names_the_option(tmp_path):
 
 def test_items_left_out_for_lack_of_a_reference_are_a_warning_a_table_line_and_in_summary(tmp_path, caplog):
     cfg = OmegaConf.create({**_files(tmp_path), "missing_reference": "skip"})
-    with caplog.at_level(logging.WARNING, logger="zcp.detect"):
+    with caplog.at_level(logging.WARNING, logger="zcp.probe.detect"):
         (ds,), _ = load_datasets(cfg)
     assert ds.without_reference == ["i3", "i4"] and ds.n_selected == 5
     assert any(r.levelno == logging.WARNING and "2 of 5 selected item(s) have no reference row" in r.getMessage()
@@ -100,7 +100,7 @@ def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
 
     import zcp.backends.registry
     import zcp.config
-    import zcp.detect
+    import zcp.probe.detect
 
     def never(*a, **k):
         raise AssertionError("a model was loaded before the data mistake was refused")
@@ -114,7 +114,7 @@ def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose("detect", overrides=[f"model.path={tmp_path / 'model'}", "logger=none",
                                            f"output_dir={tmp_path / 'run'}", *overrides])
-    msg = _message(lambda: zcp.detect.run_detect(cfg))
+    msg = _message(lambda: zcp.probe.detect.run_detect(cfg))
     assert "\n" not in msg and not (tmp_path / "run").exists()
     return msg
 
@@ -200,7 +200,7 @@ def _versions(n_orig: int, n_ref: int) -> list:
 def test_truncation_cuts_every_version_of_an_item_by_the_same_characters():
     """The reference is longer than its original and the paraphrase fits uncut: all three lose the same
     leading characters (the largest cut any of them needs), and all fit."""
-    from zcp.probe import positions_needed
+    from zcp.probe.prompts import positions_needed
 
     backend, probe = _hf(64), ProbeConfig(metrics=("p_first", "p_all"))
     units = _versions(1, 2)
@@ -233,7 +233,7 @@ def malformed_warning(tmp_path: Path, caplog) -> tuple[dict, str]:
     items = [Item(f"g{k}", f"GARBLE question {k}?", str(k)) for k in range(4)]
     ref = {it.id: [Item(f"{it.id}::r0", f"GARBLE other {it.id}?", "1", metadata={"original_id": it.id})]
            for it in items}
-    with caplog.at_level(logging.WARNING, logger="zcp.detect"):
+    with caplog.at_level(logging.WARNING, logger="zcp.probe.detect"):
         s = detect(FakeBackend({}, truth={it.question: it.answer for it in items}), [DetectDataset("D", items, ref)],
                    ProbeConfig(metrics=("acc", "con", "p_all")), tmp_path / "run",
                    DetectSettings(progress=False, bootstrap_samples=100))
@@ -254,7 +254,7 @@ def test_a_mostly_malformed_split_voids_acc_and_con(tmp_path, caplog):
 def test_how_prompts_were_rendered_is_recorded_and_printed(tmp_path, caplog):
     items, ref = _items(3)
     probe = ProbeConfig(metrics=("p_first", "p_all"))
-    with caplog.at_level(logging.WARNING, logger="zcp.detect"):
+    with caplog.at_level(logging.WARNING, logger="zcp.probe.detect"):
         s = detect(_hf(256, chat_template=None), [DetectDataset("D", items, ref)], probe, tmp_path / "plain",
                    DetectSettings(progress=False, bootstrap_samples=100))
     r = s["rendering"]
@@ -324,10 +324,10 @@ def test_readme_troubleshooting_quotes_the_messages_as_printed(tmp_path, caplog)
     table = (tmp_path / "m" / "run" / "table.md").read_text()
     assert "**Warning**:" in table and "`**Warning**:` line in table.md" in section
     left = "selected item(s) have no reference row and are left out (data.missing_reference=skip); n ="
-    with caplog.at_level(logging.WARNING, logger="zcp.detect"):
+    with caplog.at_level(logging.WARNING, logger="zcp.probe.detect"):
         load_datasets(OmegaConf.create({**_files(tmp_path / "a"), "missing_reference": "skip"}))
     assert any(left in r.getMessage() for r in caplog.records) and left in section
-    from zcp.probe import describe_rendering
+    from zcp.probe.prompts import describe_rendering
 
     plain = describe_rendering({"kind": "plain_template", "template": "{user}\n{prefix}", "probe_mode": "prefill",
                                 "reason": "the tokenizer has no chat template"})

@@ -15,9 +15,11 @@ from fakes import FakeBackend
 from scipy.stats import mannwhitneyu
 
 from zcp.backends.base import ScoreRequest, ScoreResult
-from zcp.data.schema import Item
-from zcp.detectors import available_detectors, get_detector, spec_of
-from zcp.detectors.base import (
+from zcp.core.items import Item
+from zcp.errors import ConfigError
+from zcp.validate.baselines import FileData, JobInputs, baselines, check_config
+from zcp.validate.detectors import available_detectors, get_detector, spec_of
+from zcp.validate.detectors.base import (
     NO_REFERENCE_RULE,
     Detector,
     DetectorContext,
@@ -27,12 +29,10 @@ from zcp.detectors.base import (
     register_detector,
     tpr_at_fpr,
 )
-from zcp.detectors.dpcc import dpcc_rule, rmia
-from zcp.detectors.likelihood import lowest_k_mean, minkpp_values
-from zcp.detectors.reconstruction import split_question
-from zcp.detectors.run import FileData, JobInputs, baselines, check_config
-from zcp.detectors.zcp_gap import zcp_item_scores
-from zcp.schemas import ConfigError
+from zcp.validate.detectors.dpcc import dpcc_rule, rmia
+from zcp.validate.detectors.likelihood import lowest_k_mean, minkpp_values
+from zcp.validate.detectors.reconstruction import split_question
+from zcp.validate.detectors.zcp_gap import zcp_item_scores
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,7 +169,7 @@ def test_zcp_item_scores_on_hand_made_records():
         zcp_item_scores(records, "bleu")
 
     # a metric the detection run did not probe (con left out of probe.metrics) is skipped, not scored as 0
-    from zcp.detectors import get_detector
+    from zcp.validate.detectors import get_detector
 
     no_con = [{k: v for k, v in r.items() if k != "consistent"} for r in records]
     ctx = DetectorContext(detection_records=no_con)
@@ -256,7 +256,7 @@ def test_resume_after_a_kill_keeps_finished_blocks_and_gives_the_same_summary(tm
     rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * (len(inputs.files["data"].units(True)) + len(inputs.files["u"].units(True)))
 
-    from zcp.io import RunDirError
+    from zcp.errors import RunDirError
 
     with pytest.raises(RunDirError, match="another run"):
         baselines(TextFake(memorised), dets, inputs, out, DetectorContext(), "other-fingerprint")
@@ -279,7 +279,7 @@ def test_skipped_detectors_are_listed_with_their_reason(tmp_path):
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
 
-    import zcp.detectors.run  # noqa: F401 - stores baselines_schema
+    import zcp.validate.baselines  # noqa: F401 - stores baselines_schema
 
     with initialize_config_dir(str(REPO / "conf"), version_base=None):
         return compose("baselines", overrides=overrides)
@@ -314,7 +314,7 @@ def test_entry_point_reports_bad_config_in_one_line(tmp_path):
     assert len(lines) == 1 and "unknown detector 'nope'" in lines[0] and "ppl" in lines[0]
     # bad data: one line naming the file, before any model loads (in-process: the same code path)
     from zcp.config import user_errors
-    from zcp.detectors.run import run_baselines
+    from zcp.validate.baselines import run_baselines
 
     with pytest.raises(user_errors(), match=r"nonexistent\.jsonl"):
         run_baselines(_compose(["data.path=/nonexistent.jsonl", "detectors=[ppl]", f"output_dir={tmp_path}",
@@ -326,10 +326,10 @@ def test_entry_point_reports_bad_config_in_one_line(tmp_path):
 
 def test_job_from_data_files_with_references(tmp_path):
     """data.path + data.u_path with reference files, through the entry point's function on the shipped model."""
-    from zcp.data.loaders import save_items
-    from zcp.data.wordproblems import generate_word_problems
-    from zcp.detectors.run import run_baselines
-    from zcp.reference.registry import reference_draws
+    from zcp.benchmarks.loaders import save_items
+    from zcp.benchmarks.references.registry import reference_draws
+    from zcp.benchmarks.wordproblems import generate_word_problems
+    from zcp.validate.baselines import run_baselines
 
     items = generate_word_problems(8, seed=5, id_prefix="w")
     c, u = items[:4], items[4:]

@@ -1,4 +1,4 @@
-"""Difference-in-differences (zcp.did): the moved computation reproduces the simulation's old one exactly, and
+"""Difference-in-differences (zcp.probe.did): the moved computation reproduces the simulation's old one exactly, and
 run_detect with base_model.path probes the base model on the same units into <out>/base/ and writes did.md and
 summary.json's `did` block; a base that is the audited model gives exactly no DiD; a bad base path fails in one
 line before anything loads."""
@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.detect import DetectSettings, distinct_draws, item_draws
-from zcp.did import did_markdown, did_rows, did_verdicts, simulation_did, without_null_base
-from zcp.io import read_jsonl, write_jsonl
-from zcp.report import METRIC_LABEL, c_cont_text
-from zcp.stats import c_cont, paired_test, pooled_mc_pvalue
+from zcp.benchmarks.loaders import save_items
+from zcp.core.io import read_jsonl, write_jsonl
+from zcp.core.items import Item
+from zcp.probe.detect import DetectSettings, distinct_draws, item_draws
+from zcp.probe.did import did_markdown, did_rows, did_verdicts, simulation_did, without_null_base
+from zcp.probe.report import METRIC_LABEL, c_cont_text
+from zcp.probe.stats import c_cont, paired_test, pooled_mc_pvalue
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ["acc", "con", "p_first", "p_all"]
@@ -152,7 +152,7 @@ def test_verdict_is_bonferroni_over_metrics():
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tok, tiny_model):
     """10 items, 2 reference draws and 1 paraphrase each; the audited model and a different base model."""
-    from zcp.testing import tiny_llama
+    from zcp.core.testing import tiny_llama
 
     root = tmp_path_factory.mktemp("did_world")
     tiny_model.save_pretrained(root / "model")
@@ -193,7 +193,7 @@ def _lines(path: Path) -> int:
 
 
 def test_run_detect_with_a_base_model_writes_base_run_did_md_and_summary_did(world, tmp_path, capsys):
-    from zcp.detect import run_detect
+    from zcp.probe.detect import run_detect
 
     out = tmp_path / "run"
     summary = run_detect(_compose(world, f"output_dir={out}", f"base_model.path={world / 'base'}",
@@ -226,7 +226,7 @@ def test_run_detect_with_a_base_model_writes_base_run_did_md_and_summary_did(wor
 
 
 def test_base_that_is_the_audited_model_gives_exactly_no_did_and_resumes(world, tmp_path):
-    from zcp.detect import run_detect
+    from zcp.probe.detect import run_detect
 
     out = tmp_path / "run"
     cfg = _compose(world, f"output_dir={out}", f"base_model.path={world / 'model'}")
@@ -248,28 +248,28 @@ def test_base_that_is_the_audited_model_gives_exactly_no_did_and_resumes(world, 
 ])
 def test_bad_base_model_fails_in_one_line_before_anything_loads(world, tmp_path, monkeypatch, override, match):
     import zcp.config
-    import zcp.detect
-    from zcp.config import ConfigError
+    import zcp.probe.detect
+    from zcp.errors import ConfigError
 
     def never(*a: Any, **k: Any) -> None:
         raise AssertionError("loaded before the base model was checked")
 
     monkeypatch.setattr(zcp.config, "build_backend", never)
-    monkeypatch.setattr(zcp.detect, "load_datasets", never)
+    monkeypatch.setattr(zcp.probe.detect, "load_datasets", never)
     with pytest.raises(ConfigError, match=match) as e:
-        zcp.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", override))
+        zcp.probe.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", override))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
 
 
 def test_base_adapter_path_is_checked(world, tmp_path, monkeypatch):
     import zcp.config
-    import zcp.detect
-    from zcp.config import ConfigError
+    import zcp.probe.detect
+    from zcp.errors import ConfigError
 
     monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: pytest.fail("loaded"))
     with pytest.raises(ConfigError, match=r"^base_model\.adapter=/nonexistent/lora: no such folder"):
-        zcp.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", f"base_model.path={world / 'base'}",
+        zcp.probe.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", f"base_model.path={world / 'base'}",
                                        "base_model.adapter=/nonexistent/lora"))
 
 
@@ -284,7 +284,7 @@ def test_run_dir_unchanged_without_a_base_and_new_for_each_base(world):
     from omegaconf import OmegaConf, open_dict
 
     from zcp.config import run_dir
-    from zcp.did import base_model_config, base_weights
+    from zcp.probe.did import base_model_config, base_weights
 
     cfg = _compose(world)
     before = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))

@@ -14,9 +14,9 @@ from fakes import FakeBackend
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from zcp.data.loaders import check_duplicates, load_benchmark, save_items
-from zcp.data.schema import DataError, Item
-from zcp.schemas import ConfigError
+from zcp.benchmarks.loaders import check_duplicates, load_benchmark, save_items
+from zcp.core.items import Item
+from zcp.errors import ConfigError, DataError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -48,7 +48,7 @@ def _write(tmp_path: Path, name: str, items: list[Item], refs: list[Item] | None
 
 
 def test_duplicated_benchmark_is_refused_naming_the_ids(tmp_path):
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     items = _items(6)
     cfg = _write(tmp_path, "d", items + _copies(items[:3]))
@@ -67,7 +67,7 @@ def test_many_groups_are_summarised_with_their_count():
 
 
 def test_merge_counts_each_question_once_and_lists_the_dropped_rows(tmp_path):
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     items = _items(6)
     copies = _copies(items[:2])
@@ -104,7 +104,7 @@ def test_merge_under_sample_keeps_the_earliest_row(tmp_path):
 
 @pytest.mark.parametrize("policy", ["error", "merge"])
 def test_copies_with_different_gold_answers_fail_under_both_policies(tmp_path, policy):
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     items = _items(4)
     wrong = Item("b1", items[1].question, "99")
@@ -140,7 +140,7 @@ def test_unknown_policy_is_a_config_error_naming_the_key():
 
 
 def test_data_config_validates_on_duplicate():
-    from zcp.schemas import DataConfig
+    from zcp.config.schemas import DataConfig
 
     assert DataConfig(on_duplicate="merge").on_duplicate == "merge"
     with pytest.raises(ConfigError, match=r"data\.on_duplicate"):
@@ -156,7 +156,7 @@ def test_data_config_validates_on_duplicate():
 
 
 def test_build_data_refuses_a_duplicated_file_and_merges_on_request(tmp_path):
-    from zcp.build_data import load_dataset_items
+    from zcp.benchmarks.build import load_dataset_items
 
     items = _items(4)
     save_items(tmp_path / "d.jsonl", items + _copies(items[:1]))
@@ -168,9 +168,9 @@ def test_build_data_refuses_a_duplicated_file_and_merges_on_request(tmp_path):
 
 
 def test_arithmark_generator_draws_distinct_expressions_and_files_are_checked(tmp_path):
-    from zcp.build_data import load_dataset_items
-    from zcp.data.arithmark import generate_arithmark, n_expressions
-    from zcp.io import write_jsonl
+    from zcp.benchmarks.arithmark import generate_arithmark, n_expressions
+    from zcp.benchmarks.build import load_dataset_items
+    from zcp.core.io import write_jsonl
 
     # stage 1 has 6,683 expressions: 1,000 draws with replacement would repeat ~75 of them
     assert n_expressions(1) == 41 * 163
@@ -186,8 +186,8 @@ def test_arithmark_generator_draws_distinct_expressions_and_files_are_checked(tm
 
 
 def test_simulation_refuses_c_and_u_files_sharing_a_question(tmp_path):
-    from zcp.training.contaminate import load_benchmark as sim_benchmark
-    from zcp.training.contaminate import load_split_files
+    from zcp.simulate.contaminate import load_benchmark as sim_benchmark
+    from zcp.simulate.contaminate import load_split_files
 
     c, u = _items(4, "c"), _items(6, "u")  # u0..u3 repeat c0..c3's questions
     save_items(tmp_path / "c.jsonl", c)
@@ -209,7 +209,7 @@ def test_simulation_refuses_c_and_u_files_sharing_a_question(tmp_path):
 
 
 def test_simulation_on_duplicate_at_its_default_keeps_the_run_dir_hash():
-    from zcp.training.contaminate import _run_dir
+    from zcp.simulate.contaminate import _run_dir
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         new = OmegaConf.to_container(compose(config_name="contaminate"), resolve=True)
@@ -222,7 +222,7 @@ def test_simulation_on_duplicate_at_its_default_keeps_the_run_dir_hash():
 
 
 def test_baselines_inputs_refuse_a_question_in_both_c_and_u(tmp_path):
-    from zcp.detectors.run import inputs_from_data
+    from zcp.validate.baselines import inputs_from_data
 
     c, u = _items(3, "c"), _items(5, "u")
     save_items(tmp_path / "c.jsonl", c)
@@ -243,14 +243,14 @@ def test_baselines_inputs_refuse_a_question_in_both_c_and_u(tmp_path):
 
 
 def test_reference_answer_equal_to_the_original_is_warned_per_row(tmp_path, caplog):
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     items = _items(5)
     refs = _refs(items)
     refs[1] = Item("a1::r0", refs[1].question, items[1].answer + ".0", metadata={"original_id": "a1"})
     refs[3] = Item("a3::r0", refs[3].question, items[3].answer, metadata={"original_id": "a3"})
     cfg = _write(tmp_path, "d", items, refs)
-    with caplog.at_level(logging.WARNING, logger="zcp.data.loaders"):
+    with caplog.at_level(logging.WARNING, logger="zcp.benchmarks.loaders"):
         out, issues = load_datasets(OmegaConf.create(cfg))
     ref_file = str(tmp_path / "d_ref.jsonl")
     assert [x for x in issues if "warning" in x] == [
@@ -265,7 +265,7 @@ def test_reference_answer_equal_to_the_original_is_warned_per_row(tmp_path, capl
 
 
 def test_paraphrase_variants_sharing_the_answer_are_not_warned(tmp_path):
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     items = _items(3)
     para = [Item(f"{it.id}::p0", it.question + " Count them.", it.answer, metadata={"original_id": it.id})
@@ -291,7 +291,7 @@ def _world(n: int = 50):
 
 def _run_detect(tmp_path, tiny_model, tiny_tok, monkeypatch, name, data_path, ref_path, known, *extra):
     import zcp.config
-    from zcp.detect import run_detect
+    from zcp.probe.detect import run_detect
 
     model_dir = tmp_path / "model"
     if not model_dir.exists():
@@ -309,8 +309,8 @@ def _run_detect(tmp_path, tiny_model, tiny_tok, monkeypatch, name, data_path, re
 
 
 def test_duplicated_benchmark_can_no_longer_shrink_p(tmp_path, tiny_model, tiny_tok, monkeypatch):
-    from zcp.detect import DetectDataset, DetectSettings, detect
-    from zcp.probe import ProbeConfig
+    from zcp.probe.detect import DetectDataset, DetectSettings, detect
+    from zcp.probe.prompts import ProbeConfig
 
     items, refs, known = _world()
     copies = _copies(items)

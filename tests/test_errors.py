@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zcp.config import ConfigError, check_model_path, one_line_errors
-from zcp.data.schema import DataError
+from zcp.config import check_model_path, one_line_errors
+from zcp.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 import json
 
-from zcp.exposure import collect, exposure_level, write_report
+from zcp.validate.exposure import collect, exposure_level, write_report
 
 
 def _run(root, name, k, epochs, aof, c_c, c_u):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zcp.data.arithmark import (
+from zcp.benchmarks.arithmark import (
     VARIANT_KEYS,
     arithmark_to_item,
     evaluate_exact,
@@ -26,11 +26,9 @@ from zcp.data.arithmark import (
     round_result,
     validate_record,
 )
-from zcp.data.schema import DataError, Item
-from zcp.io import write_jsonl
-from zcp.paraphrase import FormulaParaphraser, get_paraphraser
-from zcp.reference import formula
-from zcp.reference.formula import (
+from zcp.benchmarks.paraphrase import FormulaParaphraser, get_paraphraser
+from zcp.benchmarks.references import formula
+from zcp.benchmarks.references.formula import (
     TRANSFORMS,
     formula_variants,
     parse_formula,
@@ -38,6 +36,9 @@ from zcp.reference.formula import (
     transform_expression,
     verify_equivalent,
 )
+from zcp.core.io import write_jsonl
+from zcp.core.items import Item
+from zcp.errors import DataError
 
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
 
@@ -346,7 +347,7 @@ def test_rejections_are_reported_with_their_reasons(monkeypatch):
 
 def test_arithmark_evaluator_is_a_second_independent_check(monkeypatch):
     """A rewrite that sympy wrongly accepted is still caught by ArithMark's own evaluator."""
-    import zcp.reference.formula as ref_formula
+    import zcp.benchmarks.references.formula as ref_formula
 
     monkeypatch.setattr(ref_formula, "verify_equivalent", lambda a, b: True)
     rec = make_record("math_s2_00007", 2, [7, 2, 4], ["-", "*"], random.Random(0))
@@ -366,7 +367,7 @@ def test_formula_paraphraser_refuses_non_arithmark_items():
 
 def test_training_variants_through_make_variants(sample):
     """exposure.paraphraser=formula: make_variants asks the registry for the formula paraphraser."""
-    from zcp.training.data import make_variants
+    from zcp.simulate.data import make_variants
 
     items = [arithmark_to_item(r) for r in sample if r["stage"] >= 2][:5]
     variants, short = make_variants(items, 3, seed=0, paraphraser="formula")

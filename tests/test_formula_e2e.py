@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from zcp.config import REPO_ROOT, asset_path
-from zcp.data.arithmark import (
+from zcp import REPO_ROOT
+from zcp.benchmarks.arithmark import (
     RECORD_KEYS,
     VARIANT_KEYS,
     evaluate_grouped,
@@ -22,8 +22,9 @@ from zcp.data.arithmark import (
     round_result,
     validate_record,
 )
-from zcp.data.split import Manifest
-from zcp.io import read_jsonl, write_jsonl
+from zcp.benchmarks.split import Manifest
+from zcp.config import asset_path
+from zcp.core.io import read_jsonl, write_jsonl
 
 CONF = str(REPO_ROOT / "conf")
 K = 2
@@ -41,7 +42,7 @@ def _variant_record(meta: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
     """20 ArithMark records of stages 2 and 3, built with references (m=1) and k=2 formula paraphrases of C."""
-    from zcp.build_data import build_data
+    from zcp.benchmarks.build import build_data
 
     root = tmp_path_factory.mktemp("formula_e2e")
     write_jsonl(root / "arithmark.jsonl", generate_arithmark(10, seed=5, stages=(2, 3)))
@@ -76,7 +77,7 @@ def test_build_writes_valid_formula_variants_and_reports_them(built):
 
 def test_built_paraphrases_read_back_as_variant_paths(built):
     """run_detect's loader pairs paraphrases.jsonl (format items, what the build writes) to the C items."""
-    from zcp.detect import load_datasets
+    from zcp.probe.detect import load_datasets
 
     out, _ = built
     data = _compose("detect", ["data.name=arithmark", f"data.path={out / 'items.jsonl'}", "data.format=items",
@@ -93,8 +94,8 @@ def test_built_paraphrases_read_back_as_variant_paths(built):
 def test_formula_variants_train_and_probe_end_to_end(built, tmp_path):
     if not Path(asset_path("base_model"), "model.safetensors").exists():
         pytest.skip("the shipped base model is not built")
-    from zcp.detect import run_detect
-    from zcp.training.contaminate import contaminate
+    from zcp.probe.detect import run_detect
+    from zcp.simulate.contaminate import contaminate
 
     out, _ = built
     cfg = _compose("contaminate", [

@@ -162,7 +162,7 @@ def test_step1_comparison_cpu_fp32_against_cpu_fp32_gives_diff_zero(toy):
 
 def test_throughput_helpers_on_cpu(toy):
     from zcp.backends.hf import HFBackend
-    from zcp.probe import ProbeConfig, answer_score_requests, zero_cot_prompt
+    from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
     work, _ = toy
     pairs = gc.write_benchmark(work / "bench" / "12", 12)
@@ -210,7 +210,7 @@ def test_step_cli_writes_its_result_and_never_raises(tmp_path):
 def test_grpo_settings_are_gpu_7b_cut_to_a_few_steps_and_valid_trl_fields(tmp_path):
     from trl import GRPOConfig
 
-    from zcp.training.sft import trainer_args
+    from zcp.simulate.sft import trainer_args
 
     settings, lora = gc.grpo_settings(3)
     assert settings["use_vllm"] is True and settings["vllm_mode"] == "colocate"

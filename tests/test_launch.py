@@ -36,7 +36,7 @@ def test_profiles_exist():
 def test_train_profile_composes_and_builds_trl_configs(profile, tmp_path):
     from trl import GRPOConfig, SFTConfig
 
-    from zcp.training.sft import lora_config, trainer_args
+    from zcp.simulate.sft import lora_config, trainer_args
 
     cfg = _compose([f"train={profile}"])
     c = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -80,7 +80,7 @@ def test_exposure_sweep_composes_and_sweeps_real_knobs():
             node = node[part]
         assert len(str(values).split(",")) >= 2
     assert list(cfg.stages) == ["contaminate", "detect"]
-    assert cfg.hydra.callbacks.exposure_report._target_ == "zcp.exposure.ExposureReportCallback"
+    assert cfg.hydra.callbacks.exposure_report._target_ == "zcp.validate.exposure.ExposureReportCallback"
     assert "p_all" in cfg.probe.metrics and cfg.detect.m >= 3
 
 

@@ -10,8 +10,8 @@ from fractions import Fraction
 import pytest
 
 from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
-from zcp.data.schema import Item
-from zcp.reference.llm_pipeline import LLMReferencePipeline, parse_proposal
+from zcp.benchmarks.references.llm_pipeline import LLMReferencePipeline, parse_proposal
+from zcp.core.items import Item
 
 
 class ScriptedBackend:

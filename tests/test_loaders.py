@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from zcp.data.loaders import load_benchmark, load_items, load_paired, save_items
-from zcp.data.schema import DataError, Item
-from zcp.detect import load_datasets
+from zcp.benchmarks.loaders import load_benchmark, load_items, load_paired, save_items
+from zcp.core.items import Item
+from zcp.errors import DataError
+from zcp.probe.detect import load_datasets
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -378,7 +379,7 @@ def test_skipped_rows_only_among_the_rows_considered(tmp_path):
 
 
 def test_manifest_with_limit_keeps_the_selected_items(tmp_path):
-    from zcp.data.split import split_items
+    from zcp.benchmarks.split import split_items
 
     data, ref = _bench_files(tmp_path, n=10, m=1)
     manifest = split_items(load_items(data), seed=1)

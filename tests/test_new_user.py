@@ -55,8 +55,8 @@ def user(tmp_path_factory, shared_data):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from zcp.build_data import build_data
-    from zcp.testing import train_tokenizer
+    from zcp.benchmarks.build import build_data
+    from zcp.core.testing import train_tokenizer
 
     root = tmp_path_factory.mktemp("new_user")
     rows = (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:N_ROWS]
@@ -84,7 +84,7 @@ def _detect_overrides(root: Path) -> list[str]:
 
 
 def test_readme_detection_command_reaches_a_verdict_on_a_model_the_project_does_not_ship(user, capsys):
-    from zcp.detect import run_detect
+    from zcp.probe.detect import run_detect
 
     out = user / "detect"
     summary = run_detect(_compose("detect", [*_detect_overrides(user), *SIZES, f"output_dir={out}"]))
@@ -109,8 +109,8 @@ def test_readme_detection_command_reaches_a_verdict_on_a_model_the_project_does_
 def test_readme_detection_command_without_the_budget_names_what_fills_the_context(user, tmp_path, monkeypatch):
     """As written, the full-CoT budget (512) does not fit a 512-position model: one line naming the budget,
     the value that fits and the policy keys; nothing is written."""
-    from zcp.data.schema import DataError
-    from zcp.detect import run_detect
+    from zcp.errors import DataError
+    from zcp.probe.detect import run_detect
 
     out = tmp_path / "run"
     with pytest.raises(DataError) as e:
@@ -124,7 +124,7 @@ def test_readme_detection_command_without_the_budget_names_what_fills_the_contex
 @pytest.mark.slow
 def test_readme_simulation_command_on_the_users_file_and_model(user):
     """run_contaminate on the slice (benchmark.source=file) with the README's smallest settings, then detection."""
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     smallest = readme_command("train/run_contaminate.py", "benchmark.source=file")
     keep = ("exposure.k=", "exposure.sft_epochs=", "exposure.grpo_steps=", "exposure.clean_fraction=",

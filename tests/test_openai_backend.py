@@ -16,9 +16,9 @@ from openai_server import FakeOpenAIServer
 
 from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.probe import ZERO_COT_PREFIX
+from zcp.benchmarks.loaders import save_items
+from zcp.core.items import Item
+from zcp.probe.prompts import ZERO_COT_PREFIX
 
 openai = pytest.importorskip("openai")
 
@@ -71,10 +71,10 @@ def test_completions_scores_and_answers_match_transformers(server, keyed, tiny_m
 
 
 def test_chat_endpoint_sends_chat_template_kwargs_and_has_no_p_metrics(tmp_path, keyed, tiny_model):
-    from zcp.detect import check_backend_metrics
-    from zcp.probe import ProbeConfig
-    from zcp.schemas import ConfigError
-    from zcp.testing import train_tokenizer
+    from zcp.core.testing import train_tokenizer
+    from zcp.errors import ConfigError
+    from zcp.probe.detect import check_backend_metrics
+    from zcp.probe.prompts import ProbeConfig
 
     template = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}<|assistant|>\n"
                 "{% if enable_thinking is defined and not enable_thinking %}NOTHINK {% else %}THINK {% endif %}")
@@ -94,9 +94,9 @@ def test_chat_endpoint_sends_chat_template_kwargs_and_has_no_p_metrics(tmp_path,
 
 
 def test_server_without_logprobs_is_refused_with_a_clear_message(tiny_model, tiny_tok, keyed, tmp_path):
-    from zcp.detect import check_backend_metrics
-    from zcp.probe import ProbeConfig
-    from zcp.schemas import ConfigError
+    from zcp.errors import ConfigError
+    from zcp.probe.detect import check_backend_metrics
+    from zcp.probe.prompts import ProbeConfig
 
     with FakeOpenAIServer(tiny_model, tiny_tok, api_key=SECRET, logprobs=False) as srv:
         api = _backend(srv, tiny_tok, tmp_path)
@@ -119,7 +119,7 @@ def test_retries_429_and_5xx_then_gives_up(server, keyed, tiny_tok, tmp_path):
 def test_key_only_from_the_environment(monkeypatch, tmp_path):
     from zcp.backends.config import APISettings
     from zcp.backends.openai_api import OpenAIBackend
-    from zcp.schemas import ConfigError
+    from zcp.errors import ConfigError
 
     monkeypatch.delenv("ZCP_NO_SUCH_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -161,7 +161,7 @@ def _compose(root: Path, out: Path, *extra: str):
 
 def test_run_detect_api_resumes_from_cache_agrees_with_hf_and_leaks_no_key(
         tmp_path, tiny_model, tiny_tok, monkeypatch, capsys, caplog):
-    from zcp.detect import run_detect
+    from zcp.probe.detect import run_detect
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)

@@ -3,7 +3,7 @@
 For every entry point in train/ and evaluate/, its config is composed once with the real conf/ files; each
 example applies one random `+group.key=value` override through Hydra's own override machinery (the parser and
 the loader's apply step that `compose` runs, so that a run of examples does not pay a full composition each)
-and runs the entry point's validation (`zcp.schemas.validate(cfg, job=...)`, which every entry point calls
+and runs the entry point's validation (`zcp.config.schemas.validate(cfg, job=...)`, which every entry point calls
 first). An unknown key must be refused with a ConfigError naming it; a known key with a valid value (its
 composed value, or a key the job reads when added) must be accepted.
 """
@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import zcp.config  # (registers the typed groups and the ${zcp.asset:...} resolver)
-import zcp.detectors.run  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
-from zcp.schemas import ConfigError, job_schema, validate
+import zcp.validate.baselines  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
+from zcp.config.schemas import job_schema, validate
+from zcp.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = str(REPO / "conf")

@@ -5,8 +5,8 @@ import math
 import pytest
 from fakes import FakeBackend
 
-from zcp.data.schema import Item
-from zcp.probe import (
+from zcp.core.items import Item
+from zcp.probe.prompts import (
     API_INSTRUCTION,
     ZERO_COT_PREFIX,
     ProbeConfig,

@@ -14,8 +14,9 @@ import pytest
 
 from zcp.backends.base import Prompt
 from zcp.backends.hf import HFBackend
-from zcp.data.schema import Item
-from zcp.probe import (
+from zcp.core.items import Item
+from zcp.core.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, fit_sequences, tiny_llama, train_tokenizer
+from zcp.probe.prompts import (
     ZERO_COT_PREFIX,
     ProbeConfig,
     answer_end,
@@ -27,7 +28,6 @@ from zcp.probe import (
     scored_suffix,
     zero_cot_prompt,
 )
-from zcp.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, fit_sequences, tiny_llama, train_tokenizer
 
 QUESTION = "Tom has 25 apples and buys 25 more. How many apples does he have?"
 # (question, memorised answer): the probed one answers 50; the others keep the model from answering 50 to all.
@@ -67,7 +67,7 @@ def test_explicit_suffix_overrides_the_derived_one():
 def test_config_group_documents_the_key_with_a_null_default():
     from hydra import compose, initialize_config_dir
 
-    from zcp.detect import probe_config
+    from zcp.probe.detect import probe_config
 
     conf = Path(__file__).resolve().parents[1] / "conf"
     assert "answer_suffix" in (conf / "probe" / "zcp.yaml").read_text()  # documented in the group file

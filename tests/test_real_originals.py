@@ -63,8 +63,8 @@ def test_originals_favoured_are_rejected_and_beyond_every_null_pool():
 
 
 def test_subset_rejections_agree_with_the_library_test():
-    """The vectorised exact binary test decides as zcp.stats.paired_test does on the same subsets."""
-    from zcp.stats import paired_test
+    """The vectorised exact binary test decides as zcp.probe.stats.paired_test does on the same subsets."""
+    from zcp.probe.stats import paired_test
 
     rng = np.random.default_rng(5)
     V = _pool(rng, 60, 3, 0.2)

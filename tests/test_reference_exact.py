@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zcp.data.wordproblems import generate_word_problems, signature
-from zcp.reference.exact import ExactWordProblems, word_problem_value_space
-from zcp.reference.registry import BuildContext, build_references, reference_draws
-from zcp.stats import paired_test
+from zcp.benchmarks.references.exact import ExactWordProblems, word_problem_value_space
+from zcp.benchmarks.references.registry import BuildContext, build_references, reference_draws
+from zcp.benchmarks.wordproblems import generate_word_problems, signature
+from zcp.probe.stats import paired_test
 
 
 def test_draws_keep_family_template_wording_entities_and_change_the_values():
@@ -27,7 +27,7 @@ def test_draws_keep_family_template_wording_entities_and_change_the_values():
 def test_excluded_and_benchmark_values_are_never_drawn():
     items = generate_word_problems(30, seed=4, families=["multiply"])
     space = word_problem_value_space("multiply", type(items[0].metadata["limits"]) and
-                                     __import__("zcp.data.wordproblems", fromlist=["NumberRanges"]).NumberRanges())
+                                     __import__("zcp.benchmarks.wordproblems", fromlist=["NumberRanges"]).NumberRanges())
     seen = {f"multiply:a={a},b={b}" for a, b in space[:20]}
     rs = build_references(items, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen)))
     bench = {signature(it) for it in items}
@@ -65,8 +65,8 @@ def test_within_item_check_on_exact_draws_rejects_at_about_its_level(families, n
 
 
 def test_the_reserved_pool_passes_the_feature_check():
-    from zcp.modeling import benchmark_pool
-    from zcp.reference.exclusions import exclusion_keys
+    from zcp.benchmarks.references.exclusions import exclusion_keys
+    from zcp.simulate.base_model import benchmark_pool
 
     items = benchmark_pool(300)
     keys, report = exclusion_keys("auto", items)

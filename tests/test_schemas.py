@@ -8,8 +8,9 @@ from hydra.errors import ConfigCompositionException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zcp.config import ConfigError, validate
-from zcp.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
+from zcp.config import validate
+from zcp.config.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
+from zcp.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 

@@ -19,11 +19,12 @@ from omegaconf import OmegaConf
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from zcp.config import REPO_ROOT, asset_path
-from zcp.data.schema import Item
-from zcp.data.wordproblems import signature
-from zcp.io import read_jsonl, sha256_file, write_jsonl
-from zcp.schemas import ConfigError
+from zcp import REPO_ROOT
+from zcp.benchmarks.wordproblems import signature
+from zcp.config import asset_path
+from zcp.core.io import read_jsonl, sha256_file, write_jsonl
+from zcp.core.items import Item
+from zcp.errors import ConfigError
 
 # the reduced demo configuration of tests/test_simulate.py
 REDUCED = [
@@ -46,7 +47,7 @@ def no_models(monkeypatch):
     import transformers
 
     import zcp.config
-    import zcp.training.contaminate as contaminate
+    import zcp.simulate.contaminate as contaminate
 
     def boom(*args, **kwargs):
         raise AssertionError("a model was loaded before the config error")
@@ -68,7 +69,7 @@ def _one_line(excinfo: pytest.ExceptionInfo) -> str:
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1"])
 def test_leak_fraction_out_of_range_is_refused_at_compose_time(value):
-    from zcp.schemas import validate
+    from zcp.config.schemas import validate
 
     with pytest.raises(ConfigError, match=r"exposure\.leak_fraction") as e:
         validate(_compose(f"exposure.leak_fraction={value}"))
@@ -79,7 +80,7 @@ def test_leak_fraction_out_of_range_is_refused_at_compose_time(value):
 
 
 def test_leak_fraction_rounding_to_no_item_fails_before_any_model_loads(no_models, tmp_path):
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     out = tmp_path / "run"
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
@@ -93,7 +94,7 @@ def test_leak_fraction_rounding_to_no_item_fails_before_any_model_loads(no_model
 
 def test_rounding_is_checked_against_the_split_given(no_models, tmp_path):
     """|C| comes from the given C file, not from benchmark.n; the data stage checks again (teacher not built)."""
-    from zcp.training.contaminate import check_inputs, choose_leaked
+    from zcp.simulate.contaminate import check_inputs, choose_leaked
 
     rows = [{"id": f"q{i}", "question": f"What is {i} plus {i}?", "answer": str(2 * i)} for i in range(6)]
     c_path, u_path = tmp_path / "c.jsonl", tmp_path / "u.jsonl"
@@ -109,7 +110,7 @@ def test_rounding_is_checked_against_the_split_given(no_models, tmp_path):
 
 
 def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_path):
-    from zcp.training.contaminate import contaminate
+    from zcp.simulate.contaminate import contaminate
 
     bench = [{"id": f"b{i}", "question": f"What is {i} times 3?", "answer": str(3 * i)} for i in range(8)]
     bench_path = tmp_path / "bench.jsonl"
@@ -123,7 +124,7 @@ def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_pa
     extra = [{"id": f"c{i}", "question": f"What is {i} minus 1?", "answer": str(i - 1)} for i in range(10)]
     write_jsonl(clean_path, [*extra, bench[0]])  # a benchmark row in the clean file never counts
     # 4 sham items (|C|) need 4 clean rows (clean_fraction 0.5 of 4 examples) + 4 sham rows: 10 are enough
-    from zcp.training.contaminate import check_inputs
+    from zcp.simulate.contaminate import check_inputs
 
     check_inputs(_compose(*base, "clean.source=file", f"clean.path={clean_path}"))
     with pytest.raises(ConfigError, match=r"clean.path=.*: 3 row\(s\) are neither benchmark .* needs 7") as e:
@@ -136,7 +137,7 @@ def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_pa
 
 
 def _build(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, Path, list[Item], dict]:
-    from zcp.training.contaminate import _manifest, build_training_data, load_benchmark
+    from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark
 
     cfg = _compose("benchmark.n=40", "exposure.k=3", "exposure.answer_only_fraction=0.5",
                    "exposure.clean_fraction=0.4", *overrides)
@@ -193,7 +194,7 @@ def test_sham_data_holds_no_benchmark_question_or_signature(tmp_path):
 
 
 def test_training_items_lists_exactly_the_clean_and_sham_items(tmp_path):
-    from zcp.training.contaminate import training_items
+    from zcp.simulate.contaminate import training_items
 
     for arm, lf in (("sham", 0), ("leak", 0.5)):
         _, d, _, counts = _build(tmp_path, arm, f"exposure.leak_fraction={lf}", "exposure.sham_items=7")
@@ -206,13 +207,13 @@ def test_training_items_lists_exactly_the_clean_and_sham_items(tmp_path):
         assert len(by_role["sham"]) == (7 if arm == "sham" else 0) == counts["n_sham"]
         assert all(it.metadata.get("family") for it in training_items(d))  # rows keep their metadata
         # the loaders read the file as an items file (what reference building does)
-        from zcp.data.loaders import load_items
+        from zcp.benchmarks.loaders import load_items
 
         assert len(load_items(str(d / "training_items.jsonl"), format="items")) == len(rows)
 
 
 def test_sham_items_from_a_clean_file_are_neither_benchmark_nor_clean_rows(tmp_path):
-    from zcp.training.contaminate import _manifest, build_training_data, load_benchmark
+    from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark
 
     bench = [{"id": f"b{i}", "question": f"What is {i} times 3?", "answer": str(3 * i)} for i in range(8)]
     bench_path, clean_path = tmp_path / "bench.jsonl", tmp_path / "clean.jsonl"
@@ -238,7 +239,7 @@ def test_sham_items_from_a_clean_file_are_neither_benchmark_nor_clean_rows(tmp_p
 
 
 def test_the_run_dir_hash_tells_sham_from_leak():
-    from zcp.training.contaminate import _run_dir
+    from zcp.simulate.contaminate import _run_dir
 
     leak = _compose()
     sham = _compose("exposure.leak_fraction=0")
@@ -254,7 +255,7 @@ def test_the_run_dir_hash_tells_sham_from_leak():
 def test_an_older_run_dir_gets_training_items_and_keeps_its_training(tmp_path):
     """A run whose data stage predates training_items.jsonl: the data stage is not done; rerunning it writes the
     file (the clean items the run trained on) and leaves sft_data.jsonl and a finished SFT adapter alone."""
-    from zcp.training.contaminate import _manifest, build_training_data, load_benchmark, pipeline_stages
+    from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark, pipeline_stages
 
     d = tmp_path / "run"
     cfg = _compose("benchmark.n=20", "exposure.k=2", "exposure.clean_fraction=0.3", f"output_dir={d}")
@@ -284,7 +285,7 @@ def test_an_older_run_dir_gets_training_items_and_keeps_its_training(tmp_path):
 
 
 def test_exposure_report_labels_a_sham_run(tmp_path):
-    from zcp.exposure import collect, table
+    from zcp.validate.exposure import collect, table
 
     for name, arm, lf in (("exposure__leak", "leak", 1.0), ("exposure__sham", "sham", 0.0)):
         d = tmp_path / name
@@ -304,7 +305,7 @@ def test_exposure_report_labels_a_sham_run(tmp_path):
     assert "0.25→0.75" in sham_line  # its C accuracy comes from the C split
     assert any(line.startswith("| CoT + answer") for line in md.splitlines())
     # an exposure.json from before the arm key: leak_fraction 0 still reads as a sham
-    from zcp.exposure import run_arm
+    from zcp.validate.exposure import run_arm
 
     assert run_arm({"knobs": {"leak_fraction": 0.0}}) == "sham" and run_arm({"knobs": {"leak_fraction": 1}}) == "leak"
 
@@ -312,8 +313,8 @@ def test_exposure_report_labels_a_sham_run(tmp_path):
 def test_study_report_puts_a_sham_run_in_its_own_table(tmp_path):
     from test_study_report import _baselines_dir, _run_dir
 
-    from zcp.io import write_json
-    from zcp.study import build_report
+    from zcp.core.io import write_json
+    from zcp.validate.study import build_report
 
     root = tmp_path / "contaminate"
     knobs = {"k": 2, "sft_epochs": 2.0, "answer_only_fraction": 0.75, "answer_format": "probe", "clean_fraction": 0.5,
@@ -336,7 +337,7 @@ def test_study_report_puts_a_sham_run_in_its_own_table(tmp_path):
 def test_a_sham_run_trains_and_reports_arm_sham(tmp_path):
     """The reduced demo with leak_fraction=0 (detection on the FT model only): it trains on the sham items,
     says arm sham in the result, exposure.json and simulation summary, and C stays one split."""
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     if not Path(asset_path("base_model"), "model.safetensors").exists():
         pytest.skip("the shipped base model is not built")

@@ -6,8 +6,9 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from zcp.config import REPO_ROOT, asset_path
-from zcp.simulate import run_simulation
+from zcp import REPO_ROOT
+from zcp.config import asset_path
+from zcp.simulate.pipeline import run_simulation
 
 REDUCED = [
     "benchmark.n=16", "exposure.k=1", "exposure.sft_epochs=1", "exposure.grpo_steps=1", "eval.max_items=2",
@@ -89,7 +90,7 @@ def test_baselines_stage_runs_the_baselines_on_the_run(sim):
     (["stages=[contaminate,detec]"], "stages: unknown"),
 ])
 def test_stage_errors_come_before_training(tmp_path, overrides, match):
-    from zcp.config import ConfigError
+    from zcp.errors import ConfigError
 
     out = tmp_path / "run"
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):

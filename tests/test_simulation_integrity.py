@@ -30,9 +30,9 @@ os.environ["WANDB_MODE"] = "disabled"
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from zcp.config import REPO_ROOT, ConfigError, asset_path, one_line_errors
-from zcp.data.schema import DataError
-from zcp.io import RunDirError
+from zcp import REPO_ROOT
+from zcp.config import asset_path, one_line_errors
+from zcp.errors import ConfigError, DataError, RunDirError
 
 GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k" / "test_head12.jsonl"
 RELEASE = REPO_ROOT / "tests" / "fixtures" / "zcp-release" / "omnimath_dataset_c_rows1-6_2154.jsonl"
@@ -72,8 +72,8 @@ def no_models(monkeypatch):
 
     import zcp.backends.registry
     import zcp.config
-    import zcp.training.contaminate as contaminate
-    import zcp.training.sft as sft
+    import zcp.simulate.contaminate as contaminate
+    import zcp.simulate.sft as sft
 
     def boom(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
@@ -109,7 +109,7 @@ def _split_files(tmp_path: Path, src: Path, n_c: int, n_u: int) -> tuple[Path, P
 def test_given_cu_files_without_a_builder_fail_before_training(tmp_path, no_models):
     """split.c_path/u_path (Omni-MATH rows) with stages=[contaminate,detect]: once a KeyError 'family' after
     training (benchmark.source's default said word problems); now one line, before anything loads or is written."""
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     _shipped()
     c, u = _split_files(tmp_path, RELEASE, 4, 2)
@@ -125,9 +125,9 @@ def test_given_cu_files_without_a_builder_fail_before_training(tmp_path, no_mode
 def test_given_gsm8k_cu_files_get_the_gsm8k_builder(tmp_path):
     """GSM8K-format C/U files: the method resolves to gsm8k on the items and the references build (no
     reference_path); an explicit builder that cannot take them is refused naming it."""
-    from zcp.data.split import Manifest
-    from zcp.simulate import check_reference_source, simulation_splits
-    from zcp.training.contaminate import load_benchmark
+    from zcp.benchmarks.split import Manifest
+    from zcp.simulate.contaminate import load_benchmark
+    from zcp.simulate.pipeline import check_reference_source, simulation_splits
 
     c, u = _split_files(tmp_path, GSM8K, 6, 6)
     cfg = _plain("benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}", "detect.m=1", "detect.seeds=[0]")
@@ -155,14 +155,14 @@ def test_run_contaminate_composes_the_probe_and_its_context_check_passes_before_
     cfg = _plain("stages=[contaminate,detect]", "benchmark.n=16")
     assert cfg["probe"]["full_cot_max_tokens"] == cfg["train"]["eval_max_new_tokens"] == 160
     assert cfg["probe"]["metrics"] == ["acc", "con", "p_first", "p_all"]
-    from zcp.simulate import check_detection_stage
+    from zcp.simulate.pipeline import check_detection_stage
 
     found = check_detection_stage(cfg)
     assert found["overflow"] == 0 and found["items"] == 16 and found["units"] > 16
 
 
 def test_overflow_is_refused_before_training_naming_the_simulations_keys(tmp_path, no_models):
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     _shipped()
     out = tmp_path / "run"
@@ -184,7 +184,7 @@ def test_overflow_is_refused_before_training_naming_the_simulations_keys(tmp_pat
 def test_later_stages_settings_never_change_the_contamination_run(tmp_path):
     """The contamination fingerprint covers what it depends on only: the advice a detection stage gives
     (detect.on_overflow, probe budgets, even `+data.on_overflow=skip`) resumes the same run dir."""
-    from zcp.training.contaminate import _config_fingerprint, _fingerprint_check, _run_dir
+    from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check, _run_dir
 
     _shipped()
     base = ["stages=[contaminate,detect]"]
@@ -210,7 +210,7 @@ def test_later_stages_settings_never_change_the_contamination_run(tmp_path):
 
 def _gsm8k_reference(tmp_path: Path, ids: list[str], skip: set[str]) -> Path:
     """One hand-made reference row per item (a changed number, the answer + 1), none for `skip`."""
-    from zcp.data.loaders import load_items
+    from zcp.benchmarks.loaders import load_items
 
     items = load_items(str(GSM8K), format="gsm8k")
     rows = [{"id": f"{it.id}::ref0", "original_id": it.id,
@@ -231,9 +231,9 @@ def test_own_file_with_a_full_benchmark_reference_and_missing_rows(tmp_path, no_
     """benchmark.limit=8 of the 12-row file, a reference set for all 12 but two: the rows of the 4 items outside
     the benchmark are left out and counted; the 2 items without a row fail in one line naming
     detect.missing_reference=skip (before training), and with skip are left out, counted."""
-    from zcp.data.loaders import load_items
-    from zcp.simulate import run_simulation, simulation_splits
-    from zcp.training.contaminate import load_benchmark
+    from zcp.benchmarks.loaders import load_items
+    from zcp.simulate.contaminate import load_benchmark
+    from zcp.simulate.pipeline import run_simulation, simulation_splits
 
     all_ids = [it.id for it in load_items(str(GSM8K), format="gsm8k")]
     ref = _gsm8k_reference(tmp_path, all_ids, {all_ids[0], all_ids[3]})
@@ -257,8 +257,8 @@ def test_own_file_with_a_full_benchmark_reference_and_missing_rows(tmp_path, no_
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     """A 2-layer Llama with its own BPE tokenizer (and chat template), trained on nothing: saved to a folder."""
-    from zcp.data.loaders import load_items
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.benchmarks.loaders import load_items
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     items = load_items(str(GSM8K), format="gsm8k")
     tok = train_tokenizer([t for it in items for t in (it.question, it.solution or "", it.answer)], vocab_size=300)
@@ -269,15 +269,15 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def _split(cfg: dict, items: list) -> object:
-    """The seeded C/U split the split stage makes of `items` (`zcp.data.split.split_items`)."""
-    from zcp.data.split import split_items
+    """The seeded C/U split the split stage makes of `items` (`zcp.benchmarks.split.split_items`)."""
+    from zcp.benchmarks.split import split_items
 
     return split_items(items, seed=int(cfg["seed"]), c_fraction=float(cfg["split"]["c_fraction"]))
 
 
 def _fake_result(run_dir: Path, model_dir: Path, cfg: dict) -> object:
     """A finished contamination run's result (its manifest; the 'fine-tuned' model is `model_dir`)."""
-    from zcp.training.contaminate import ContaminationResult, load_benchmark
+    from zcp.simulate.contaminate import ContaminationResult, load_benchmark
 
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = _split(cfg, load_benchmark(cfg))
@@ -293,9 +293,9 @@ def test_detection_stage_on_own_file_skips_what_does_not_fit(tmp_path, tiny_mode
     prompts too long for the model's context (model.max_length) left out by detect.on_overflow=skip; the counts
     are in simulation_summary.json."""
     from zcp.backends.hf import HFBackend
-    from zcp.data.loaders import load_items
-    from zcp.detect import probe_config
-    from zcp.simulate import run_detection_stage
+    from zcp.benchmarks.loaders import load_items
+    from zcp.probe.detect import probe_config
+    from zcp.simulate.pipeline import run_detection_stage
 
     all_ids = [it.id for it in load_items(str(GSM8K), format="gsm8k")]
     ref = _gsm8k_reference(tmp_path, all_ids, {all_ids[1]})
@@ -303,8 +303,8 @@ def test_detection_stage_on_own_file_skips_what_does_not_fit(tmp_path, tiny_mode
             "stats.bootstrap_samples=200", "logger=none", "run.progress=false")
     # positions each item's probe needs (its original's and its reference row's, the larger): a context one short
     # of the largest leaves that item out and keeps the others
-    from zcp.data.loaders import load_items as load_rows
-    from zcp.probe import positions_needed
+    from zcp.benchmarks.loaders import load_items as load_rows
+    from zcp.probe.prompts import positions_needed
 
     probe = probe_config(_plain(*base, name="demo")["probe"])
     counter = HFBackend.from_pretrained(str(tiny_model))
@@ -332,7 +332,7 @@ def test_detection_stage_on_own_file_skips_what_does_not_fit(tmp_path, tiny_mode
 def test_sft_steps_within_warmup_are_refused_before_training(tmp_path, no_models):
     """6-item C, k=1, 1 epoch: one optimizer step at learning rate 0 under cpu_tiny's 10 warmup steps (the
     'contaminated' model was bit-identical to the base, exit 0). Now one line with the numbers and the fix."""
-    from zcp.training.contaminate import contaminate
+    from zcp.simulate.contaminate import contaminate
 
     _shipped()
     out = tmp_path / "run"
@@ -347,16 +347,16 @@ def test_sft_steps_within_warmup_are_refused_before_training(tmp_path, no_models
 
 
 def test_schedule_rule_counts_effective_steps_and_warns_within_warmup(caplog):
-    """The rule (zcp.training.sft.check_schedule): no step at a rate above 0 is refused; a run that ends inside its
+    """The rule (zcp.simulate.sft.check_schedule): no step at a rate above 0 is refused; a run that ends inside its
     warmup is a warning with the full-rate equivalent; a run past its warmup passes silently."""
     from trl import SFTConfig
 
-    from zcp.training.sft import check_schedule, lr_schedule
+    from zcp.simulate.sft import check_schedule, lr_schedule
 
     s = lr_schedule(SFTConfig, {"warmup_steps": 10, "learning_rate": 1e-3, "per_device_train_batch_size": 4,
                                 "num_train_epochs": 1}, 20, stage="SFT")
     assert (s.steps, s.warmup, s.effective) == (5, 10, 4) and s.full_rate == pytest.approx(1.0)
-    with caplog.at_level("WARNING", logger="zcp.training.sft"):
+    with caplog.at_level("WARNING", logger="zcp.simulate.sft"):
         check_schedule(s, "fix it")
     assert "never reaches its peak" in caplog.text and "1.00 full-rate" in caplog.text
     caplog.clear()
@@ -376,8 +376,8 @@ _SECOND_SIMULATION = r"""
 import json, logging, sys
 from pathlib import Path
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-from zcp.simulate import run_detection_stage
-from zcp.training.contaminate import ContaminationResult
+from zcp.simulate.pipeline import run_detection_stage
+from zcp.simulate.contaminate import ContaminationResult
 cfg, res = json.loads(Path(sys.argv[1]).read_text()), json.loads(Path(sys.argv[2]).read_text())
 res = ContaminationResult(**{k: (Path(v) if k.endswith(("_dir", "_path")) and v else v) for k, v in res.items()})
 sim = run_detection_stage(cfg, res)
@@ -389,23 +389,23 @@ def test_two_simulations_share_the_base_model_detection(tmp_path, tiny_model, mo
     """Simulation A (this process) holds the shared base-detect dir while simulation B (a second process, in a
     sibling run dir) reaches it: B waits for A instead of refusing ("use another output_dir" could not help),
     then resumes A's finished records and reports the same base-model results."""
-    import zcp.detect
-    from zcp.simulate import run_detection_stage
-    from zcp.training.contaminate import result_dict
+    import zcp.probe.detect
+    from zcp.simulate.contaminate import result_dict
+    from zcp.simulate.pipeline import run_detection_stage
 
     cfg = _plain("benchmark.n=8", "detect.m=1", "detect.seeds=[0]", f"model.path={tiny_model}",
                  "probe.metrics=[p_first,p_all]",
                  "stats.bootstrap_samples=100", "logger=none", "run.progress=false", name="demo")
     runs = tmp_path / "runs"
     res_a, res_b = (_fake_result(runs / n, tiny_model, cfg) for n in ("a", "b"))
-    release, real = threading.Event(), zcp.detect.probe_items
+    release, real = threading.Event(), zcp.probe.detect.probe_items
 
     def gated(*args, **kwargs):  # A holds the base-model detection until B is seen waiting
         if any(runs.glob("base-detect__*/.lock")):
             release.wait(timeout=600)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(zcp.detect, "probe_items", gated)
+    monkeypatch.setattr(zcp.probe.detect, "probe_items", gated)
     out_a: dict = {}
     thread = threading.Thread(target=lambda: out_a.update(run_detection_stage(cfg, res_a)))
     thread.start()
@@ -449,7 +449,7 @@ def test_two_simulations_share_the_base_model_detection(tmp_path, tiny_model, mo
 
 
 def test_model_dir_without_weights_is_one_line_before_anything(tmp_path, no_models):
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     model = tmp_path / "model"
     model.mkdir()
@@ -465,13 +465,13 @@ def test_model_dir_without_weights_is_one_line_before_anything(tmp_path, no_mode
 
 
 def _main(cfg: object) -> None:
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     one_line_errors(run_simulation)(cfg)
 
 
 def test_a_different_config_in_a_run_dir_is_one_line(tmp_path, no_models, capsys, monkeypatch):
-    from zcp.training.contaminate import _fingerprint_check
+    from zcp.simulate.contaminate import _fingerprint_check
 
     _shipped()
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
@@ -487,7 +487,7 @@ def test_a_different_config_in_a_run_dir_is_one_line(tmp_path, no_models, capsys
 
 
 def test_enospc_anywhere_is_one_line_naming_the_path(tmp_path, no_models, capsys, monkeypatch):
-    """A full disk on the first write (a write into an open file names no path: zcp.io adds it)."""
+    """A full disk on the first write (a write into an open file names no path: zcp.core.io adds it)."""
     _shipped()
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 
@@ -508,7 +508,7 @@ def test_checkpoint_write_failure_names_the_disk(tmp_path, capsys, monkeypatch):
     step turns it into ENOSPC naming the trainer's output dir, printed as one line."""
     import shutil
 
-    from zcp.training.sft import train_and_save
+    from zcp.simulate.sft import train_and_save
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 
@@ -550,7 +550,7 @@ def _read_only(monkeypatch, root: Path) -> None:
 
 
 def test_read_only_output_dir_is_one_line_before_models_load(tmp_path, no_models, monkeypatch, tiny_model):
-    from zcp.simulate import run_detection_stage, run_simulation
+    from zcp.simulate.pipeline import run_detection_stage, run_simulation
 
     _shipped()
     ro = tmp_path / "ro"
@@ -576,7 +576,7 @@ def test_read_only_output_dir_is_one_line_before_models_load(tmp_path, no_models
 def test_too_little_free_space_is_one_line_before_models_load(tmp_path, no_models, monkeypatch):
     import shutil
 
-    from zcp.simulate import run_simulation
+    from zcp.simulate.pipeline import run_simulation
 
     _shipped()
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 5 << 20))

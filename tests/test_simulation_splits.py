@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from zcp.config import ConfigError
-from zcp.data.split import split_items
-from zcp.modeling import benchmark_pool
-from zcp.reference.registry import reference_draws
-from zcp.simulate import check_reference_source, simulation_splits
+from zcp.benchmarks.references.registry import reference_draws
+from zcp.benchmarks.split import split_items
+from zcp.errors import ConfigError
+from zcp.simulate.base_model import benchmark_pool
+from zcp.simulate.pipeline import check_reference_source, simulation_splits
 
 
 def test_item_without_a_valid_perturbation_is_left_out_and_named():
@@ -30,7 +30,7 @@ def test_item_without_a_valid_perturbation_is_left_out_and_named():
 def test_exact_references_exist_for_every_reserved_item_and_avoid_the_training_data():
     """The exact law draws from the values the shipped corpora do not hold (for 5 of 6 families: the other pool
     items' values); C's values (trained by a fine-tune) are never a reference."""
-    from zcp.data.wordproblems import signature
+    from zcp.benchmarks.wordproblems import signature
 
     items = benchmark_pool(300)
     manifest = split_items(items, c_fraction=0.5, seed=0)

@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zcp
-from zcp.data.arithmark import arithmark_to_item, generate_arithmark
-from zcp.data.schema import DataError, Item
-from zcp.data.split import Manifest, split_items
-from zcp.io import write_jsonl
+from zcp.benchmarks.arithmark import arithmark_to_item, generate_arithmark
+from zcp.benchmarks.split import Manifest, split_items
+from zcp.core.io import write_jsonl
+from zcp.core.items import Item
+from zcp.errors import DataError
 
 
 def make_items(sizes: dict[str, int]) -> list[Item]:

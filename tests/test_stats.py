@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from zcp.stats import (
+from zcp.probe.stats import (
     bf10,
     binary_null_law,
     bootstrap_pvalue,
@@ -271,7 +271,7 @@ def test_combined_verdict_type_one_error_under_dependent_null():
 
 
 def test_printed_c_cont_never_reads_as_one():
-    from zcp.report import c_cont_text
+    from zcp.probe.report import c_cont_text
 
     tiny_p = c_cont(1e-9)  # an exact test on a large effect: C_cont = 1 - 2.3e-8
     assert tiny_p < 1.0 and f"{tiny_p:.3f}" == "1.000"

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from zcp.detect import DetectSettings, analyse
-from zcp.io import write_json, write_jsonl
-from zcp.study import REPO_CONF, build_report
+from zcp.core.io import write_json, write_jsonl
+from zcp.probe.detect import DetectSettings, analyse
+from zcp.validate.study import REPO_CONF, build_report
 
 
 def _detection_records(n=20, m=3):
@@ -74,7 +74,7 @@ def _baselines_dir(root):
 
 
 def test_report_renders_the_numbers_put_in(tmp_path):
-    from zcp.detectors import spec_of
+    from zcp.validate.detectors import spec_of
 
     run = _run_dir(tmp_path, "para")
     conds = {"paraphrased": {"run_dir": str(run), "ablations_dir": str(_ablations_dir(tmp_path)),
@@ -105,7 +105,7 @@ def test_report_renders_the_numbers_put_in(tmp_path):
 def test_report_entry_point_and_config(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
 
-    from zcp.study import run_report
+    from zcp.validate.study import run_report
 
     run = _run_dir(tmp_path, "verb")
     with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
@@ -122,8 +122,8 @@ def test_report_config_refuses_bad_keys(override, tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
-    from zcp.config import ConfigError
-    from zcp.study import run_report
+    from zcp.errors import ConfigError
+    from zcp.validate.study import run_report
 
     with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None), \
             pytest.raises((ConfigCompositionException, ConfigError)):
@@ -153,8 +153,8 @@ def _exposure_run(root, name, k, epochs, ppl_auroc):
 
 
 def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
-    from zcp.detectors import spec_of
-    from zcp.study import exposure_run_dirs
+    from zcp.validate.detectors import spec_of
+    from zcp.validate.study import exposure_run_dirs
 
     root = tmp_path / "contaminate"
     _exposure_run(root, "a", 6, 10, 0.61)   # paraphrased, exposure 60
@@ -194,8 +194,8 @@ def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
 def test_report_over_exposure_from_the_entry_point(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from zcp.config import ConfigError
-    from zcp.study import run_report
+    from zcp.errors import ConfigError
+    from zcp.validate.study import run_report
 
     root = tmp_path / "contaminate"
     _exposure_run(root, "a", 1, 2, 0.5)

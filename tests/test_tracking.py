@@ -2,7 +2,7 @@
 
 import pytest
 
-from zcp.tracking import Tracker
+from zcp.core.tracking import Tracker
 
 
 def test_disabled_is_noop(monkeypatch):

@@ -16,9 +16,10 @@ import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from zcp.data.schema import DataError, Item
-from zcp.training import data as tdata
-from zcp.training.rewards import (
+from zcp.core.items import Item
+from zcp.errors import DataError
+from zcp.simulate import data as tdata
+from zcp.simulate.rewards import (
     FINAL_ANSWER_PREFIX,
     correctness_reward,
     ends_with_final_line,
@@ -180,7 +181,7 @@ def test_teacher_cots_kept_only_when_boxed_answer_is_gold():
 
 
 def test_leak_and_clean_counts():
-    from zcp.training.contaminate import choose_leaked, n_clean_examples
+    from zcp.simulate.contaminate import choose_leaked, n_clean_examples
 
     c = _items(10)
     leaked = choose_leaked(c, 0.3, seed=0)
@@ -193,7 +194,7 @@ def test_leak_and_clean_counts():
 
 
 def test_clean_items_exclude_the_benchmark():
-    from zcp.data.wordproblems import generate_word_problems, signatures
+    from zcp.benchmarks.wordproblems import generate_word_problems, signatures
 
     bench = generate_word_problems(30, seed=11)
     clean = tdata.clean_items(20, seed=11, exclude_items=bench)  # same seed on purpose: still disjoint
@@ -204,7 +205,7 @@ def test_clean_items_exclude_the_benchmark():
 def test_trainer_args_rejects_unknown_fields_and_forces_cpu_safety():
     from trl import SFTConfig
 
-    from zcp.training.sft import trainer_args
+    from zcp.simulate.sft import trainer_args
 
     with pytest.raises(ValueError, match="unknown SFTConfig fields"):
         trainer_args(SFTConfig, {"num_train_epochs": 1, "not_a_field": 3}, output_dir="/tmp/x", seed=0,
@@ -243,8 +244,8 @@ def _quick_pretrain(model, tok, items, steps: int = 70) -> None:
 def tiny_base(tmp_path_factory) -> Path:
     import torch
 
-    from zcp.data.wordproblems import generate_word_problems, render_solution, reword_word_problem
-    from zcp.testing import tiny_llama, train_tokenizer
+    from zcp.benchmarks.wordproblems import generate_word_problems, render_solution, reword_word_problem
+    from zcp.core.testing import tiny_llama, train_tokenizer
 
     torch.set_num_threads(1)
     items = generate_word_problems(60, seed=5)
@@ -283,8 +284,8 @@ def _cfg(base: Path, out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tiny_base, tmp_path_factory):
-    from zcp.io import sha256_file
-    from zcp.training.contaminate import contaminate
+    from zcp.core.io import sha256_file
+    from zcp.simulate.contaminate import contaminate
 
     base_sha = sha256_file(tiny_base / "model.safetensors")
     cfg = _cfg(tiny_base, tmp_path_factory.mktemp("contaminate") / "run")
@@ -295,7 +296,7 @@ def run(tiny_base, tmp_path_factory):
 def test_run_sft_trains_lora_only(tiny_base, tmp_path):
     import torch
 
-    from zcp.training.sft import load_model, load_tokenizer, run_sft
+    from zcp.simulate.sft import load_model, load_tokenizer, run_sft
 
     model, tok = load_model(tiny_base, dtype="float32"), load_tokenizer(tiny_base)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -316,8 +317,8 @@ def test_run_sft_trains_lora_only(tiny_base, tmp_path):
 
 
 def test_e2e_writes_manifest_exposure_table6(run):
-    from zcp.data.split import Manifest
-    from zcp.training.contaminate import load_exposure
+    from zcp.benchmarks.split import Manifest
+    from zcp.simulate.contaminate import load_exposure
 
     cfg, r, _ = run
     assert r.stages_run == ["split", "data", "eval_base", "sft", "grpo", "merge", "eval_after_sft", "eval_final"]
@@ -340,7 +341,7 @@ def test_e2e_writes_manifest_exposure_table6(run):
 
 
 def test_e2e_training_data_follows_the_knobs(run):
-    from zcp.io import read_jsonl
+    from zcp.core.io import read_jsonl
 
     _, r, _ = run
     exp = json.loads(r.exposure_path.read_text())
@@ -361,7 +362,7 @@ def test_e2e_adapters_changed_base_untouched_and_merge_is_exact(run, tiny_base):
     import torch
     from safetensors.torch import load_file
 
-    from zcp.io import sha256_file
+    from zcp.core.io import sha256_file
 
     _, r, base_sha = run
     assert sha256_file(tiny_base / "model.safetensors") == base_sha  # the base on disk is never written
@@ -387,7 +388,7 @@ def test_e2e_adapters_changed_base_untouched_and_merge_is_exact(run, tiny_base):
 
 
 def test_resume_skips_finished_stages_and_refuses_a_changed_config(run):
-    from zcp.training.contaminate import contaminate
+    from zcp.simulate.contaminate import contaminate
 
     cfg, r, _ = run
     again = contaminate(cfg)
@@ -403,13 +404,13 @@ def test_resume_skips_finished_stages_and_refuses_a_changed_config(run):
 def test_resume_from_checkpoint_after_a_kill_during_sft(run, caplog):
     from safetensors.torch import load_file
 
-    from zcp.training.contaminate import contaminate
+    from zcp.simulate.contaminate import contaminate
 
     cfg, r, _ = run
     done = load_file(r.sft_adapter_dir / "adapter_model.safetensors")
     shutil.rmtree(r.sft_adapter_dir)  # as if killed after the last checkpoint, before the adapter was saved
     assert list((r.run_dir / "sft").glob("checkpoint-*"))
-    with caplog.at_level(logging.INFO, logger="zcp.training.sft"):
+    with caplog.at_level(logging.INFO, logger="zcp.simulate.sft"):
         again = contaminate(cfg)
     assert again.stages_run == ["sft"]
     assert any("resuming from" in m and "checkpoint-" in m for m in caplog.messages)
@@ -420,8 +421,8 @@ def test_resume_from_checkpoint_after_a_kill_during_sft(run, caplog):
 
 def test_raised_run_resumes_at_the_failed_stage(run, tmp_path, monkeypatch):
     """A run that raised inside GRPO reruns from GRPO: split, data, SFT and the cached evaluations are skipped."""
-    import zcp.training.grpo as grpo_mod
-    from zcp.training.contaminate import contaminate
+    import zcp.simulate.grpo as grpo_mod
+    from zcp.simulate.contaminate import contaminate
 
     cfg, r, _ = run
     out = tmp_path / "copy"
@@ -446,7 +447,7 @@ def test_raised_run_resumes_at_the_failed_stage(run, tmp_path, monkeypatch):
 
 
 def test_load_exposure_names_the_missing_field(tmp_path):
-    from zcp.training.contaminate import load_exposure
+    from zcp.simulate.contaminate import load_exposure
 
     (tmp_path / "exposure.json").write_text(json.dumps({"schema": 1, "knobs": {}}))
     with pytest.raises(DataError, match="leaked_ids"):
@@ -465,12 +466,12 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
 
     from zcp.backends.base import ScoreRequest
     from zcp.backends.hf import HFBackend
-    from zcp.data.wordproblems import perturb_word_problem
-    from zcp.io import read_jsonl
-    from zcp.modeling import base_model_path
-    from zcp.probe import ProbeConfig, zero_cot_prompt
-    from zcp.training.contaminate import contaminate
-    from zcp.training.sft import load_model, load_tokenizer
+    from zcp.benchmarks.wordproblems import perturb_word_problem
+    from zcp.core.io import read_jsonl
+    from zcp.probe.prompts import ProbeConfig, zero_cot_prompt
+    from zcp.simulate.base_model import base_model_path
+    from zcp.simulate.contaminate import contaminate
+    from zcp.simulate.sft import load_model, load_tokenizer
 
     if not (base_model_path() / "model.safetensors").is_file():
         pytest.skip("shipped base model not present")
@@ -512,7 +513,7 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
 
 
 def test_detection_settings_do_not_change_the_training_run_dir():
-    from zcp.training.contaminate import _run_dir
+    from zcp.simulate.contaminate import _run_dir
 
     cfg = {"name": "x", "seed": 0, "exposure": {"k": 2}}
     same = _run_dir({**cfg, "detect": {"m": 5}, "probe": {"metrics": ["p_all"]}, "logger": {"mode": "offline"},
@@ -524,7 +525,7 @@ def test_detection_settings_do_not_change_the_training_run_dir():
 
 def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
     """A base model retrained in place gets a new run dir (and an old run dir refuses it) - no stale resume."""
-    from zcp.training.contaminate import _fingerprint_check, _run_dir
+    from zcp.simulate.contaminate import _fingerprint_check, _run_dir
 
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "model.safetensors").write_bytes(b"weights-v1")
@@ -539,7 +540,7 @@ def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
 
 
 def test_incomplete_checkpoint_is_skipped_for_the_last_complete_one(tmp_path, caplog):
-    from zcp.training.sft import last_checkpoint
+    from zcp.simulate.sft import last_checkpoint
 
     assert last_checkpoint(tmp_path / "missing") is None
     for n, complete in ((2, True), (4, False), (10, True), (12, False)):
@@ -558,8 +559,9 @@ def test_incomplete_checkpoint_is_skipped_for_the_last_complete_one(tmp_path, ca
 def test_contamination_run_dir_is_locked(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from zcp.io import RunDirError, RunLock
-    from zcp.training.contaminate import contaminate
+    from zcp.core.io import RunLock
+    from zcp.errors import RunDirError
+    from zcp.simulate.contaminate import contaminate
 
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
         cfg = compose("contaminate", overrides=[f"output_dir={tmp_path / 'run'}", "logger=none"])

@@ -18,16 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from zcp.data.schema import Item
-from zcp.data.wordproblems import FAMILIES, generate_word_problems
-from zcp.detectors import get_detector, spec_of
-from zcp.detectors.base import DetectorContext
-from zcp.detectors.run import FileData, JobInputs, baselines
-from zcp.detectors.trap import classify_output
-from zcp.io import read_jsonl
-from zcp.reference.gsm8k import extract_quantities, gsm8k_item, perturb_gsm8k
-from zcp.reference.registry import reference_draws
-from zcp.reference.traps import (
+from zcp.benchmarks.references.gsm8k import extract_quantities, gsm8k_item, perturb_gsm8k
+from zcp.benchmarks.references.registry import reference_draws
+from zcp.benchmarks.references.traps import (
     NO_ANSWER,
     TRAP_KINDS,
     _wp_render,
@@ -35,6 +28,13 @@ from zcp.reference.traps import (
     trap_variants,
     validate_trap,
 )
+from zcp.benchmarks.wordproblems import FAMILIES, generate_word_problems
+from zcp.core.io import read_jsonl
+from zcp.core.items import Item
+from zcp.validate.baselines import FileData, JobInputs, baselines
+from zcp.validate.detectors import get_detector, spec_of
+from zcp.validate.detectors.base import DetectorContext
+from zcp.validate.detectors.trap import classify_output
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K_ROWS = REPO / "tests" / "fixtures" / "gsm8k" / "test_head12.jsonl"
@@ -199,7 +199,7 @@ def test_outputs_are_classified_apart():
 def memorised():
     """C (12 items) memorised by a tiny model trained on (question -> boxed answer) of C only; U unseen."""
     from zcp.backends.hf import HFBackend
-    from zcp.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
+    from zcp.core.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
 
     items = generate_word_problems(24, seed=5, id_prefix="t")
     c, u = items[:12], items[12:]
@@ -242,8 +242,8 @@ def test_trap_detector_fires_on_a_memorising_model_and_not_on_clean(memorised, t
 def test_trap_params_are_typed_in_the_baselines_config():
     from hydra import compose, initialize_config_dir
 
-    from zcp.detectors.run import DEFAULT_DETECTORS, check_config
-    from zcp.schemas import ConfigError
+    from zcp.errors import ConfigError
+    from zcp.validate.baselines import DEFAULT_DETECTORS, check_config
 
     with initialize_config_dir(str(REPO / "conf"), version_base=None):
         cfg = compose("baselines", overrides=["data.path=x.jsonl", "params.trap.k=2"])

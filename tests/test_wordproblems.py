@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zcp.data.schema import Item
-from zcp.data.wordproblems import (
+from zcp.benchmarks.references.matching import (
+    equality_pattern,
+    keeps_roundness,
+    leading_digit,
+    snap_roundness,
+)
+from zcp.benchmarks.wordproblems import (
     DEFAULT_FAMILIES,
     FAMILIES,
     FINAL_ANSWER_PREFIX,
@@ -30,7 +35,7 @@ from zcp.data.wordproblems import (
     signature,
     special_case_reasons,
 )
-from zcp.reference.matching import equality_pattern, keeps_roundness, leading_digit, snap_roundness
+from zcp.core.items import Item
 
 POOL = generate_word_problems(240, seed=7)
 STEP_RE = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")

@@ -13,7 +13,7 @@
 
 Writes manifest.json, sft_adapter/, grpo_adapter/, model/ (merged), exposure.json and table6.md to
 outputs/contaminate/<name>__<config hash>/ (rerunning the same command resumes it); with
-`stages=[contaminate,detect]` also runs ZCP on C and U (zcp.simulate). Logs to W&B (offline by
+`stages=[contaminate,detect]` also runs ZCP on C and U (zcp.simulate.pipeline). Logs to W&B (offline by
 default; logger=none to skip).
 """
 
@@ -21,7 +21,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
-from zcp.simulate import run_simulation
+from zcp.simulate.pipeline import run_simulation
 
 
 @hydra.main(config_path="../conf", config_name="contaminate", version_base=None)

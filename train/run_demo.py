@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
-from zcp.simulate import run_simulation
+from zcp.simulate.pipeline import run_simulation
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)

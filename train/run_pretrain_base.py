@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate
-from zcp.modeling import run_pretrain_base
+from zcp.simulate.base_model import run_pretrain_base
 
 
 @hydra.main(config_path="../conf", config_name="pretrain_base", version_base=None)

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest
-from zcp.data.loaders import save_items
-from zcp.data.schema import Item
-from zcp.probe import ZERO_COT_PREFIX, ProbeConfig, full_cot_prompt, zero_cot_prompt
-from zcp.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
+from zcp.benchmarks.loaders import save_items
+from zcp.core.items import Item
+from zcp.core.testing import answer_only_completion, tiny_llama, train_memorizer, train_tokenizer
+from zcp.probe.prompts import ZERO_COT_PREFIX, ProbeConfig, full_cot_prompt, zero_cot_prompt
 
 pytest.importorskip("vllm")
 

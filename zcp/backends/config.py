@@ -3,7 +3,7 @@
 One dataclass for every engine: the keys shared by all (`backend`, `path`, `name`, `chat_template_kwargs`,
 `max_length`, per-model probe settings) and one sub-group per engine (`vllm`, `api`). An unknown or
 misspelt key (`model.chat_template_kwarg=...`, `model.vllm.tensor_parallel=2`) fails when Hydra composes
-the config; ranges and choices fail in `__post_init__`, run by `zcp.schemas.validate` before any model
+the config; ranges and choices fail in `__post_init__`, run by `zcp.config.schemas.validate` before any model
 loads. Model configs outside the group (ArithMark's `model:`, reference generators and judges,
 `paraphrase.model`) are checked the same way by `zcp.backends.build_backend`.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 
 def check_value(ok: bool, key: str, value: Any, want: str) -> None:
-    """zcp.schemas.check_value (imported late: zcp.schemas registers this module's ModelConfig)."""
-    from zcp.schemas import check_value as check
+    """zcp.config.schemas.check_value (imported late: zcp.config.schemas registers this module's ModelConfig)."""
+    from zcp.config.schemas import check_value as check
 
     check(ok, key, value, want)
 
@@ -143,13 +143,13 @@ class ModelConfig:
         check_value(isinstance(self.chat_template_kwargs, dict), "model.chat_template_kwargs",
                     self.chat_template_kwargs, "a mapping (e.g. {enable_thinking: false})")
         if self.backend != "openai":  # a served model runs elsewhere: its device is not this machine's
-            from zcp.schemas import check_device
+            from zcp.config.schemas import check_device
 
             check_device(self.device, "model.device")
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
-    from zcp.schemas import ConfigError
+    from zcp.errors import ConfigError
 
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)

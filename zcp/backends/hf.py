@@ -20,7 +20,7 @@ import torch
 
 from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
 from zcp.backends.tokenized import ScoringEncoding, TokenizedBackend, cut_at_eos, postprocess
-from zcp.io import model_fingerprint
+from zcp.core.io import model_fingerprint
 
 log = logging.getLogger(__name__)
 

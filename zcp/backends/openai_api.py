@@ -32,7 +32,7 @@ from typing import Any
 
 from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest, ScoreResult
 from zcp.backends.tokenized import TokenizedBackend, postprocess
-from zcp.io import stable_hash, write_json
+from zcp.core.io import stable_hash, write_json
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class OpenAIBackend(TokenizedBackend):
                  max_length: int | None = None) -> None:
         import openai
 
-        from zcp.schemas import ConfigError
+        from zcp.errors import ConfigError
 
         if endpoint not in ("chat", "completions"):
             raise ConfigError(f"model.api.endpoint={endpoint!r}: must be chat or completions")

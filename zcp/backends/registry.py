@@ -44,7 +44,7 @@ _REQUIRES = {"vllm": ("vllm", "vllm"), "openai": ("openai", "api")}
 
 
 def _builder(name: str) -> Builder:
-    from zcp.schemas import ConfigError
+    from zcp.errors import ConfigError
 
     entry = _REGISTRY.get(name)
     if entry is None:
@@ -65,7 +65,7 @@ def check_paths(cfg: ModelConfig) -> None:
 
     if cfg.backend == "openai":  # a served model's name, not a path; the tokenizer is a local folder
         if not (cfg.api.model or cfg.path):
-            from zcp.schemas import ConfigError
+            from zcp.errors import ConfigError
 
             raise ConfigError("model.backend=openai needs model.api.model (or model.path): the served model's name")
         if cfg.api.tokenizer:

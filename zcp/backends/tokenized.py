@@ -297,7 +297,7 @@ def cut_at_eos(toks: list[int], eos_ids: Sequence[int]) -> list[int]:
 def postprocess(text: str, box: bool, stop: tuple[str, ...]) -> str:
     """Cut generated text at the brace closing the pre-filled box (kept) or the first stop string."""
     if box:
-        from zcp.answers import close_brace_index
+        from zcp.core.answers import close_brace_index
 
         end = close_brace_index(text)
         if end is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
 from zcp.backends.tokenized import TokenizedBackend
-from zcp.io import model_fingerprint
+from zcp.core.io import model_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def merge_adapter(path: str, adapter: str, root: str, fingerprint: str, dtype: s
     """
     import os
 
-    from zcp.io import stable_hash
+    from zcp.core.io import stable_hash
 
     out = Path(root) / f"{Path(str(adapter).rstrip('/')).name}__{stable_hash(fingerprint, 12)}"
     if (out / "config.json").exists():

@@ -17,7 +17,7 @@ observed rate with its Clopper-Pearson 95% CI (nominal: the subsets are dependen
 percentile, and the share of null pools at or above the observed rate (small = the real originals are rejected more
 often than exchangeable ones would be).
 
-The tests are the library's within-item permutation tests vectorised over subsets (`zcp.calibration`): exact for
+The tests are the library's within-item permutation tests vectorised over subsets (`zcp.validate.calibration`): exact for
 acc/con, Monte Carlo with B relabellings for p_first/p_all (a replicate stops drawing once its p must exceed alpha:
 the decisions at alpha are those of the full B). Difference-in-differences (a fine-tune against its base, the
 simulation's second verdict and run_detect's `base_model.path`) is measured the same way for every model paired
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from zcp.data.schema import Item
-from zcp.io import stable_hash
+from zcp.core.io import stable_hash
+from zcp.core.items import Item
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class PoolSpec:
     seed: int = 0  # arithmark generation
     path: str | None = None  # gsm8k / file
     format: str = "items"  # file: loader format
-    method: str = "auto"  # reference method (zcp.reference.registry)
+    method: str = "auto"  # reference method (zcp.benchmarks.references.registry)
     special_cases: str = "drop"
     metrics: Sequence[str] | None = None  # null: the settings' metrics
     # draws built per item (null: m); each subset tests the first m that are not another subset item's values
@@ -69,7 +69,7 @@ class RealOriginalsSettings:
 
     models: Mapping[str, str] = field(default_factory=dict)  # name -> model folder (shipped models, sham runs' model/)
     base: str | None = "base_model"  # the model every other one is paired with for the DiD rows (None: no DiD)
-    # name -> PoolSpec fields (zcp.schemas.validate checks each pool against PoolSpec: the metadata's schema)
+    # name -> PoolSpec fields (zcp.config.schemas.validate checks each pool against PoolSpec: the metadata's schema)
     pools: Mapping[str, Any] = field(default_factory=dict, metadata={"schema": dict[str, PoolSpec]})
     exclude: Sequence[str] = ("auto",)  # reference exclusions for every pool (+ each model's training_items.jsonl)
     m: int = 9
@@ -90,15 +90,15 @@ class RealOriginalsSettings:
 def pool_items(spec: PoolSpec) -> list[Item]:
     """The items of a pool spec."""
     if spec.kind == "wordproblem_pool":
-        from zcp.modeling import benchmark_pool
+        from zcp.simulate.base_model import benchmark_pool
 
         return benchmark_pool(int(spec.n))
     if spec.kind == "arithmark":
-        from zcp.data.arithmark import arithmark_to_item, generate_arithmark
+        from zcp.benchmarks.arithmark import arithmark_to_item, generate_arithmark
 
         return [arithmark_to_item(r) for r in generate_arithmark(int(spec.n_per_stage), int(spec.seed))]
     if spec.kind in ("gsm8k", "file"):
-        from zcp.data.loaders import load_items, resolve_path
+        from zcp.benchmarks.loaders import load_items, resolve_path
 
         if not spec.path:
             raise ValueError(f"pool kind {spec.kind} needs a path")
@@ -121,8 +121,8 @@ def pool_references(items: list[Item], spec: PoolSpec, s: RealOriginalsSettings,
                     ) -> tuple[dict[str, list[Item]], dict[str, Any]]:
     """One reference set per pool, shared by every model: the builder's draws with every model's training data
     excluded (conditioning on more of what the pool was selected against keeps the draws exact for each)."""
-    from zcp.build_data import reference_context
-    from zcp.reference.registry import build_references, resolve_method
+    from zcp.benchmarks.build import reference_context
+    from zcp.benchmarks.references.registry import build_references, resolve_method
 
     fmt = {"wordproblem_pool": "wordproblems", "arithmark": "arithmark", "gsm8k": "gsm8k"}.get(spec.kind, spec.format)
     method = resolve_method(spec.method, items, fmt)
@@ -144,8 +144,8 @@ def score_pool(model_path: str, model_name: str, pool_name: str, items: list[Ite
                progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Probe originals and references once (resumable records under records_root; the same probe as run_detect)."""
     from zcp.config import build_backend
-    from zcp.detect import DetectDataset, DetectSettings, collect_records, probe_config
-    from zcp.io import model_fingerprint
+    from zcp.core.io import model_fingerprint
+    from zcp.probe.detect import DetectDataset, DetectSettings, collect_records, probe_config
 
     probe = probe_config(probe_cfg, model_cfg)
     probe.metrics = tuple(metrics)
@@ -170,7 +170,7 @@ def version_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 
     Items with fewer draws (a builder short of values, a row left out for the context) are left out: the
     vectorised tests need the same m per item (counted by the caller)."""
-    from zcp.probe import metric_value
+    from zcp.probe.prompts import metric_value
 
     orig: dict[str, list[float]] = {}
     refs: dict[str, list[tuple[int, list[float]]]] = {}
@@ -188,7 +188,7 @@ def version_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 def version_keys(ids: Sequence[str], items: Sequence[Item], refs: Mapping[str, Sequence[Item]]) -> np.ndarray:
     """Integer codes (n, M + 1) of each version's values (word-problem signature, ArithMark expression, else the
     question): equal codes = the same values, so a draw that is another item's original can be recognised."""
-    from zcp.reference.exclusions import item_key
+    from zcp.benchmarks.references.exclusions import item_key
 
     by_id = {it.id: it for it in items}
     codes: dict[str, int] = {}
@@ -205,7 +205,7 @@ def version_keys(ids: Sequence[str], items: Sequence[Item], refs: Mapping[str, S
 
 def _pvalues(metric: str, orig: np.ndarray, ref: np.ndarray, B: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
     """Within-item permutation p per replicate row: orig (R, n), ref (R, n, m)."""
-    from zcp.calibration import kind_of, permutation_pvalues
+    from zcp.validate.calibration import kind_of, permutation_pvalues
 
     p, _ = permutation_pvalues(kind_of(metric), orig, ref, B, rng, (alpha,), stop_above=alpha)
     return p
@@ -253,7 +253,7 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
 
     `label` (n,): which version plays the original per item (None: version 0, the real original); `keys`/`m`:
     per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a draw)."""
-    from zcp.calibration import bonferroni, rejects
+    from zcp.validate.calibration import bonferroni, rejects
 
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
@@ -272,7 +272,7 @@ def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks:
                    m: int | None = None) -> dict[str, np.ndarray]:
     """Rejections of the DiD test (sign-flip permutation of the per-item gap difference, the simulation's and
     run_detect's test) per metric and combined, for a model V and its base Vb on the same items and versions."""
-    from zcp.calibration import bonferroni, permutation_mc, rejects
+    from zcp.validate.calibration import bonferroni, permutation_mc, rejects
 
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
@@ -295,7 +295,7 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
 
     V (n, M + 1, k): every item's original and M candidate draws; each subset tests m = `s.m` of them per item
     (`subset_versions`). A null pool relabels a uniformly drawn version of each item as its original."""
-    from zcp.calibration import _cell_rng, rate_ci
+    from zcp.validate.calibration import _cell_rng, rate_ci
 
     n = V.shape[0]
     if keys is None:
@@ -344,7 +344,7 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
 
 def full_pool_tests(V: np.ndarray, metrics: Sequence[str], B: int = 10_000) -> list[dict[str, Any]]:
     """The library's test on the whole pool per metric (does the pool as a whole favour its originals?)."""
-    from zcp.stats import paired_test
+    from zcp.probe.stats import paired_test
 
     out = []
     for k, mt in enumerate(metrics):

@@ -1,0 +1,138 @@
+"""Hydra/OmegaConf glue shared by entry points: resolvers, run directories, model loading."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from zcp import ASSETS
+from zcp.config.schemas import register_schemas, validate  # noqa: F401  (re-exported for entry points)
+from zcp.core.io import stable_hash
+from zcp.errors import ConfigError
+
+
+def asset_path(name: str) -> str:
+    """Path of a file or folder shipped in zcp/assets (e.g. the embedded base model)."""
+    return str(ASSETS / name)
+
+
+def register_resolvers() -> None:
+    """`${zcp.asset:base_model}` in configs points at the shipped files."""
+    if not OmegaConf.has_resolver("zcp.asset"):
+        OmegaConf.register_new_resolver("zcp.asset", asset_path)
+
+
+register_resolvers()
+register_schemas()
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean a user mistake (bad file, row, field, config value, busy run directory)."""
+    from zcp.errors import DataError, RunDirError
+
+    return (DataError, ConfigError, RunDirError)
+
+
+def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Entry-point decorator: a user mistake exits with status 2 and one line on stderr, no traceback.
+
+    File-system errors a user can act on (a full disk, a read-only or forbidden folder: `zcp.core.io.FS_ERRNOS`) are
+    one line too, naming the path and the errno (`zcp.core.io.fs_error_message`), wherever they happen (a record
+    appended mid-run, a trainer's checkpoint: `zcp.core.io.as_write_error` names the path of writes that fail
+    without one). Real bugs keep their full traceback; `HYDRA_FULL_ERROR=1` shows it for user mistakes too.
+    """
+    from zcp.core.io import fs_error_message
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except user_errors() as e:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as e:
+            msg = fs_error_message(e)
+            if msg is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {' '.join(msg.split())}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Resolved plain-dict copy of a config (for W&B and JSON)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def run_dir(cfg: DictConfig, kind: str, *parts: str, extra: dict[str, Any] | None = None) -> Path:
+    """`cfg.output_dir` if set, else outputs/<kind>/<parts>__<hash of the resolved config and `extra`>.
+
+    The default is a pure function of the configuration (and of `extra`, e.g. the model's content
+    fingerprint), so rerunning the same command finds the same directory and resumes.
+    """
+    if cfg.get("output_dir"):
+        return Path(str(cfg.output_dir))
+    d = to_dict(cfg)
+    d.pop("output_dir", None)
+    d.pop("logger", None)
+    if extra:
+        d["__extra__"] = extra
+    h = stable_hash(json.dumps(d, sort_keys=True, default=str), 8)
+    name = "__".join(p.replace("/", "_") for p in parts if p) or kind
+    return Path("outputs") / kind / f"{name}__{h}"
+
+
+def save_config(cfg: DictConfig, out_dir: Path) -> Path:
+    """Write the resolved config as YAML into the run directory."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def model_name(model_cfg: Any) -> str:
+    """`model.name`, else (model.backend=openai) `model.api.model`, else the last component of `model.path`."""
+    name = model_cfg.get("name") if model_cfg is not None else None
+    if name:
+        return str(name)
+    api = (model_cfg.get("api") if model_cfg is not None else None) or {}
+    if model_cfg is not None and model_cfg.get("backend") == "openai" and api.get("model"):
+        return str(api["model"])  # a served model: its name, not the (unused) local path
+    path = str(model_cfg.get("path") or "model").rstrip("/")
+    return Path(path).name or path
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model_path(path: Any, key: str = "model.path") -> None:
+    """A local model folder that exists, or a string of the hub-id form `org/name`; else ConfigError."""
+    if not path:
+        raise ConfigError(f"{key} is required (a local model folder or a hub id such as Qwen/Qwen2.5-Math-7B-Instruct)")
+    p = Path(str(path)).expanduser()
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+            raise ConfigError(f"{key}={path}: the folder holds no config.json (not a transformers model folder)")
+        return
+    if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
+        raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")
+
+
+def build_backend(model_cfg: Any, progress: bool = False) -> Any:
+    """The backend a `model` config names (`model.backend`: hf | vllm | openai); see zcp.backends.registry."""
+    from zcp.backends.registry import build_backend as build
+
+    return build(model_cfg, progress=progress)

@@ -1,0 +1,1 @@
+"""Shared contracts of the three jobs: the item schema, file I/O and run directories, answers, tracking."""

@@ -1,0 +1,894 @@
+"""ZCP detection run: probe every item (original, reference, paraphrased variants), resumably, then
+test, calibrate, combine, and write records.jsonl, summary.json, table.md, a plot and W&B logs.
+
+Item pairing: a variant row and a reference row belong to the original item they name; per original
+item the scores of its rows are averaged (m reference draws, k paraphrases), and the test compares
+the per-item averages. Records are appended chunk by chunk, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zcp.backends.base import Backend
+from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.items import Item
+from zcp.errors import DataError, RunDirError
+from zcp.probe.prompts import ProbeConfig, metric_value, position_parts, probe_items, prompt_rendering
+from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
+
+log = logging.getLogger(__name__)
+
+REFERENCE = "reference"
+ORIGINAL = "original"
+RECORDS = "records.jsonl"
+SUMMARY = "summary.json"
+TABLE = "table.md"
+PLOT = "c_cont.png"
+META = "run_meta.json"
+UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
+# Above this zero-CoT (or, for con, full-CoT) malformed rate of a split's rows, acc/con are flagged as void:
+# a malformed answer scores as wrong on every version of an item, so once most answers are malformed most
+# (original, reference) pairs are (0, 0) by construction, the test has almost no power, and "no evidence"
+# describes the answer format, not the model's exposure. Half is where that becomes the majority.
+MALFORMED_WARN_RATE = 0.5
+
+
+@dataclass
+class DetectDataset:
+    """One benchmark (or one split of it, e.g. C or U) with its reference set and optional variants."""
+
+    split: str
+    originals: list[Item]
+    reference: dict[str, list[Item]]
+    variants: dict[str, dict[str, list[Item]]] = field(default_factory=dict)
+    # ids of items selected from the data but left out for lack of a reference row (data.missing_reference=skip)
+    without_reference: list[str] = field(default_factory=list)
+
+    @property
+    def n_selected(self) -> int:
+        """Items selected from the data (data.limit / data.sample) before any was left out."""
+        return len(self.originals) + len(self.without_reference)
+
+    def work(self) -> list[tuple[tuple[str, str, str, int], Item]]:
+        """All (key, item) units to probe; key = (split, variant, original_id, draw)."""
+        units = [((self.split, ORIGINAL, it.id, 0), it) for it in self.originals]
+        groups = {REFERENCE: self.reference, **self.variants}
+        for variant, by_orig in groups.items():
+            for it in self.originals:
+                for j, row in enumerate(by_orig.get(it.id, [])):
+                    units.append(((self.split, variant, it.id, j), row))
+        return units
+
+
+@dataclass
+class DetectSettings:
+    """Statistics and run-time settings of a detection run.
+
+    The verdict is one test per (dataset, variant, metric) over ALL reference draws. `seeds` only vary
+    the Monte Carlo stream (continuous metrics; their streams are pooled into one p) and, with
+    `reference_draws="per_seed"`, which share of the draws the per-seed stability display uses; seeds are
+    never separate tests of which any one may fire.
+    """
+
+    seeds: Sequence[int] = (0,)
+    bootstrap_samples: int = 10_000  # B: Monte Carlo relabellings (permutation) or bootstrap samples, per seed
+    alpha: float = 0.05
+    test: str = "permutation"  # permutation | bootstrap (the paper's paired bootstrap, for fidelity)
+    reference_draws: str = "all"  # stability display per seed: all draws | per_seed (draws j with j mod n_seeds = k)
+    chunk_size: int = 64
+    progress: bool = True
+    on_overflow: str = "error"  # a prompt longer than the model's context: error | skip | truncate
+    overflow_key: str = "data.on_overflow"  # the config key messages name for on_overflow (the caller's own)
+
+    def __post_init__(self) -> None:
+        # the same checks as the typed config groups (zcp.config.schemas), for callers that build settings directly
+        from zcp.config.schemas import OVERFLOW_POLICIES, RunConfig, StatsConfig, check_seeds, check_value
+
+        self.seeds = tuple(int(s) for s in self.seeds)
+        check_seeds(self.seeds, "seeds")
+        StatsConfig(test=self.test, bootstrap_samples=int(self.bootstrap_samples), alpha=float(self.alpha),
+                    reference_draws=self.reference_draws)
+        RunConfig(chunk_size=int(self.chunk_size), progress=bool(self.progress))
+        check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,
+               f"one of {list(OVERFLOW_POLICIES)}")
+
+
+def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
+    return (rec["split"], rec["variant"], rec["original_id"], int(rec["draw"]))
+
+
+def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: ProbeConfig) -> str:
+    h = [getattr(backend, "name", ""), getattr(backend, "fingerprint", ""), repr(probe.__dict__)]
+    h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
+    return stable_hash("\n".join(map(str, h)), 32)
+
+
+def _load_existing(path: Path) -> list[dict[str, Any]]:
+    """Records already on disk, repaired: a half-written last line (killed writer) is dropped, a last line
+    without its newline gets one (else the next append would glue onto it), and duplicated units (two
+    writers before the run lock existed) are kept once."""
+    if not path.exists():
+        return []
+    rows = list(read_jsonl(path, tolerate_partial_last_line=True))
+    unique: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        unique.setdefault(_key(r), r)
+    raw = path.read_bytes()
+    n_lines = sum(1 for line in raw.splitlines() if line.strip())
+    if n_lines != len(unique) or (raw and not raw.endswith(b"\n")):
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in unique.values():
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    return list(unique.values())
+
+
+def detection_unfinished(det_dir: str | Path) -> str | None:
+    """Why `det_dir` is not a finished detection run (one line naming the dir and what is missing), or None.
+
+    Finished: records.jsonl, run_meta.json and summary.json are there and the records hold every unit
+    run_meta.json announces (`n_units`, distinct units). Why: the records of a killed run (cut midway, no
+    summary) look like a smaller benchmark; whoever reads them (the zcp_* baselines, the ablations, the
+    study report) must not mistake them for a finished detection.
+    """
+    d = Path(det_dir)
+    if not d.is_dir():
+        return f"detection run {d}: no such directory"
+    missing = [name for name in (RECORDS, META, SUMMARY) if not (d / name).exists()]
+    if RECORDS in missing or META in missing:
+        return f"detection run {d} is not finished: no {' and no '.join(missing)}"
+    try:
+        n_units = read_json(d / META).get("n_units")
+        keys = {_key(r) for r in read_jsonl(d / RECORDS, tolerate_partial_last_line=True)}
+    except (RunDirError, DataError, KeyError, TypeError, ValueError) as e:
+        return f"detection run {d} is not finished: {' '.join(str(e).split())}"
+    if not isinstance(n_units, int):
+        missing.append(f"{META} announces no n_units")
+    elif len(keys) < n_units:
+        missing.append(f"{RECORDS} holds {len(keys)} of the {n_units} units {META} announces")
+    if missing:
+        return f"detection run {d} is not finished: " + ", ".join(
+            f"no {m}" if m == SUMMARY else m for m in missing)
+    return None
+
+
+def newest_finished_detection(run_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest finished `detect/FT*/` of a contamination run dir, and why each newer one was passed over.
+
+    The one lookup of "the run's detection" (run_baselines' zcp_* detectors, the ablations, the study
+    report). Newest = latest modification of its records.jsonl or summary.json. Returns (None, reasons)
+    when no detection there is finished (reasons empty: there is none at all).
+    """
+    dirs = [p for p in Path(run_dir).glob("detect/FT*") if p.is_dir() and (p / RECORDS).exists()]
+
+    def mtime(p: Path) -> float:
+        return max((p / n).stat().st_mtime for n in (RECORDS, SUMMARY) if (p / n).exists())
+
+    passed: list[str] = []
+    for d in sorted(dirs, key=mtime, reverse=True):
+        reason = detection_unfinished(d)
+        if reason is None:
+            return d, passed
+        passed.append(reason)
+    return None, passed
+
+
+def _spent(part: dict[str, Any]) -> str:
+    """What one probe's positions are spent on, as a message says it (from `zcp.probe.prompts.position_parts`)."""
+    if part["needed_by"] == "full-CoT":
+        return (f"{part['full_cot_prompt']} full-CoT prompt tokens + probe.full_cot_max_tokens="
+                f"{part['full_cot_budget']} (the full-CoT generation con compares against)")
+    tail = part["zero_cot_tail_key"] or "nothing"
+    tail = f"{part['zero_cot_tail']} {tail} tokens" if tail == "the scored answer" else tail
+    return f"{part['zero_cot_prompt']} zero-CoT prompt tokens + {tail}"
+
+
+def _overflow_advice(parts: list[dict[str, Any]], over: list[int], limit: int, key: str | None) -> str:
+    """The keys that lower what the overflowing probes need, with the values that would fit every prompt;
+    with `key` (the overflow policy's config key) also its skip and truncate values."""
+    advice = []
+    if any(parts[k]["needed_by"] == "full-CoT" for k in over):
+        room = limit - max(p["full_cot_prompt"] for p in parts)
+        advice.append(f"probe.full_cot_max_tokens={room} or less" if room > 0 else
+                      "a shorter full-CoT prompt (the longest alone fills the context)")
+        advice.append("probe.metrics without con (no full-CoT generation)")
+    zero_over = [k for k in over if parts[k]["zero_cot_prompt"] + parts[k]["zero_cot_tail"] > limit]
+    if any(parts[k]["zero_cot_tail_key"].startswith("probe.zero_cot_max_tokens") for k in zero_over):
+        room = limit - max(p["zero_cot_prompt"] for p in parts)
+        if room > 0:
+            advice.append(f"probe.zero_cot_max_tokens={room} or less")
+    if key:
+        advice.append(f"{key}=skip (leave them out) or {key}=truncate (cut the start of every version of an item's "
+                      "question by the same number of characters)")
+    return "set " + ", or ".join(advice)
+
+
+def _cut(it: Item, chars: int) -> Item:
+    """The item with the first `chars` characters of its question replaced by "…" (chars = 0: unchanged)."""
+    if not chars:
+        return it
+    return Item(it.id, "…" + it.question[chars:], it.answer, it.solution, {**it.metadata, "truncated_chars": chars})
+
+
+def _truncate_fairly(units: list[tuple[tuple[str, str, str, int], Item]], over: list[int], backend: Backend,
+                     probe: ProbeConfig, limit: int, report: list[dict[str, Any]], key: str,
+                     parts: list[dict[str, Any]]) -> list[tuple[tuple[str, str, str, int], Item]]:
+    """Cut every version of an item that has an overflowing version by one common number of leading characters.
+
+    Rule: all versions of one original item (the original, its reference rows, its variants) lose the same
+    number c of leading characters of their question ("…" marks the cut), c being the smallest that makes
+    every one of them fit: the largest of the cuts the versions need on their own, raised until all fit.
+    Versions that fitted uncut are cut too. Cutting each version only as much as it needs would remove more
+    context from the longer versions than from the shorter (on GSM8K up to 361 characters between an
+    original and its references at 128 positions): a difference between the versions that the test would
+    read as a difference in the model's knowledge. An item is refused (DataError) when c would remove the
+    whole question of one of its versions, or when a version needs more positions than the model has even
+    with its whole question cut (the budgets alone fill the context); `parts` (`position_parts` of the
+    units) give the message's advice.
+    """
+    def need(it: Item) -> dict[str, Any]:
+        (part,) = position_parts(backend, [it], probe) or [{"needed": 0, "needed_by": "zero-CoT"}]
+        return part
+
+    def fits(it: Item, chars: int) -> bool:
+        return need(_cut(it, chars))["needed"] <= limit
+
+    def min_cut(it: Item, lo: int) -> int:
+        """The smallest cut above `lo` that fits (binary search; the fit is checked again by the caller)."""
+        hi = len(it.question)
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if fits(it, mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for k, (unit_key, _) in enumerate(units):
+        groups[(unit_key[0], unit_key[2])].append(k)
+    over_set = set(over)
+    for k in over:  # the budgets alone may fill the context: no cut of the question can help
+        unit_key, it = units[k]
+        bare = need(_cut(it, len(it.question)))
+        if bare["needed"] > limit:
+            raise DataError(f"{key}=truncate cannot fit item {unit_key[2]} ({unit_key[1]}): even with its whole "
+                            f"question cut the probe needs {bare['needed']} positions of the model's {limit} "
+                            f"({_spent(bare)}); {_overflow_advice(parts, over, limit, None)}")
+    out = list(units)
+    extra: list[dict[str, Any]] = []
+    by_unit = {k: r for k, r in zip(over, report, strict=True)}
+    for (split, oid), members in groups.items():
+        if not over_set.intersection(members):
+            continue
+        chars = 0
+        while True:
+            bad = [k for k in members if not fits(units[k][1], chars)]
+            if not bad:
+                break
+            chars = max(min_cut(units[k][1], chars) for k in bad)
+            short = [k for k in members if chars >= len(units[k][1].question)]
+            if short:
+                k = short[0]
+                raise DataError(f"{key}=truncate cannot fit item {oid} fairly: its versions need their first {chars} "
+                                f"characters cut, the whole question of its {units[k][0][1]} row "
+                                f"{units[k][1].id!r}; lower probe.*_max_tokens or set {key}=skip")
+        for k in members:
+            unit_key, it = units[k]
+            out[k] = (unit_key, _cut(it, chars))
+            if k in by_unit:
+                by_unit[k]["action"] = f"truncated {chars} characters"
+            else:
+                extra.append({"split": split, "variant": unit_key[1], "original_id": oid, "draw": unit_key[3],
+                              "positions_needed": need(it)["needed"], "context_length": limit,
+                              "action": f"truncated {chars} characters (as the other versions of its item)"})
+    report.extend(extra)
+    return out
+
+
+def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Backend, probe: ProbeConfig,
+                policy: str, key: str = "data.on_overflow"
+                ) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
+    """Apply the context-overflow policy to the units; returns the units to probe and what was done.
+
+    A unit overflows when its probe needs more positions than the model has (`probe.position_parts`: the
+    prompt's tokens plus the zero-CoT budget or scored answer, and with con the full-CoT prompt plus
+    probe.full_cot_max_tokens). error: refuse before anything is probed, saying what the positions are
+    spent on and which keys lower it (`key` is the caller's name for the policy); skip: leave out the
+    overflowing rows, and the whole item when its original overflows; truncate: cut the start of the
+    question of every version of the item by the same number of characters (`_truncate_fairly`), recorded
+    per unit.
+    """
+    limit = getattr(backend, "context_length", None)
+    parts = position_parts(backend, [it for _, it in units], probe) if limit else None
+    if not parts:
+        return units, []
+    over = [k for k, p in enumerate(parts) if p["needed"] > limit]
+    if not over:
+        return units, []
+    report = [{"split": units[k][0][0], "variant": units[k][0][1], "original_id": units[k][0][2],
+               "draw": units[k][0][3], "positions_needed": parts[k]["needed"], "context_length": limit} for k in over]
+    if policy == "error":
+        first = over[0]
+        raise DataError(f"{len(over)} of {len(units)} probe prompts need more positions than the model's {limit} "
+                        f"(e.g. item {units[first][0][2]} ({units[first][0][1]}) needs {parts[first]['needed']}: "
+                        f"{_spent(parts[first])}); {_overflow_advice(parts, over, limit, key)}")
+    if policy == "skip":
+        dropped_items = {(units[k][0][0], units[k][0][2]) for k in over if units[k][0][1] == ORIGINAL}
+        bad = set(over)
+        kept = [u for k, u in enumerate(units) if k not in bad and (u[0][0], u[0][2]) not in dropped_items]
+        for r in report:
+            r["action"] = "skipped item" if (r["split"], r["original_id"]) in dropped_items else "skipped row"
+        return kept, report
+    return _truncate_fairly(units, over, backend, probe, limit, report, key, parts), report
+
+
+def plan_units(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, settings: DetectSettings
+               ) -> tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]]:
+    """Every unit the datasets ask for, fitted to the model's context (`fit_context`); writes nothing."""
+    units = [u for ds in datasets for u in ds.work()]
+    keys = [k for k, _ in units]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate (split, variant, original_id, draw) units: split names must be unique")
+    return fit_context(units, backend, probe, settings.on_overflow, settings.overflow_key)
+
+
+def coverage(datasets: Sequence[DetectDataset], units: Sequence[tuple[tuple[str, str, str, int], Item]]
+             ) -> list[dict[str, Any]]:
+    """Per dataset: items selected, items left out and why, and `n_tested` (the items the test compares).
+
+    An item is tested when its original and at least one reference row are probed; it is left out when
+    the data has no reference row for it (data.missing_reference=skip), when its original is too long for
+    the model's context (on_overflow=skip), or when every one of its reference rows is.
+    """
+    probed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for (split, variant, oid, _), _ in units:
+        probed[(split, oid)].add(variant)
+    out = []
+    for ds in datasets:
+        too_long = sum(ORIGINAL not in probed[(ds.split, it.id)] for it in ds.originals)
+        refs_too_long = sum(ORIGINAL in probed[(ds.split, it.id)] and REFERENCE not in probed[(ds.split, it.id)]
+                            for it in ds.originals)
+        n_tested = len(ds.originals) - too_long - refs_too_long
+        left = {"without a reference row": len(ds.without_reference),
+                "too long for the model's context": too_long,
+                "with every reference row too long for the model's context": refs_too_long}
+        out.append({"split": ds.split, "n_selected": ds.n_selected, "n_tested": n_tested,
+                    "left_out": {k: v for k, v in left.items() if v}})
+    return out
+
+
+def check_testable(cover: Sequence[dict[str, Any]], settings: DetectSettings) -> None:
+    """Refuse (one line) a run that would leave a dataset with no item to test: an empty report is no result."""
+    for c in cover:
+        if c["n_tested"] == 0:
+            why = ", ".join(f"{n} {reason}" for reason, n in c["left_out"].items()) or "none selected"
+            fix = (f"lower the probe's budgets (probe.full_cot_max_tokens, probe.zero_cot_max_tokens) or set "
+                   f"{settings.overflow_key}=truncate" if any("too long" in r for r in c["left_out"])
+                   else "give a reference set that covers the items")
+            raise DataError(f"nothing left to test in {c['split']}: of {c['n_selected']} item(s) selected, {why}, "
+                            f"all left out; {fix}")
+
+
+def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
+                    settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
+                    overflow: list[dict[str, Any]] | None = None,
+                    planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]] | None = None,
+                    rendering: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
+
+    `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
+    run_detect writes config.yaml there, so a refused run never overwrites another run's config.
+    `planned` is `plan_units`' result when the caller planned before writing anything (detect does);
+    `rendering` (`zcp.probe.prompts.prompt_rendering`) is stored in run_meta.json, and a directory whose records
+    were rendered otherwise (e.g. model.chat changed under the same output_dir) is refused.
+    """
+    out = Path(out_dir)
+    units, report = planned if planned is not None else plan_units(backend, datasets, probe, settings)
+    out.mkdir(parents=True, exist_ok=True)
+    keys = [k for k, _ in units]
+    if overflow is not None:
+        overflow.extend(report)
+    if report:
+        log.warning("%d probe prompts exceed the model's context: %s (listed in summary.json)", len(report),
+                    settings.on_overflow)
+    fp = _fingerprint(units, backend, probe)
+    meta_path = out / META
+    if meta_path.exists():
+        meta = read_json(meta_path)
+        if meta.get("fingerprint") != fp:
+            raise RunDirError(f"{out} holds records of another run (model, probe settings or items differ); "
+                              "use a new output_dir")
+        how = {k: v for k, v in (rendering or {}).items() if k != "example_zero_cot"}
+        if meta.get("rendering") and how and meta["rendering"] != how:
+            raise RunDirError(f"{out} holds records of prompts rendered otherwise ({meta['rendering']}; this run: "
+                              f"{how}); use a new output_dir")
+    elif (out / RECORDS).exists():
+        raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
+    else:
+        # the backend's fingerprint (weights' content, rendering options) tells a later reader (the zcp_*
+        # baselines) which model these records are of
+        write_json(meta_path, {"fingerprint": fp, "n_units": len(units),
+                               "backend_fingerprint": str(getattr(backend, "fingerprint", "") or ""),
+                               **({"rendering": {k: v for k, v in rendering.items() if k != "example_zero_cot"}}
+                                  if rendering else {})})
+    if on_ready is not None:
+        on_ready()
+    path = out / RECORDS
+    existing = _load_existing(path)
+    done = {_key(r) for r in existing}
+    todo = [(k, it) for k, it in units if k not in done]
+    if existing:
+        log.info("resuming: %d of %d units already probed", len(done), len(units))
+    # Units with the same question and gold answer get the same prompt and so the same record: they are
+    # probed once and share it exactly (a reference row identical to its original gives exactly no gap,
+    # whatever batch each would have been scored in), which also saves the work.
+    unit_item = dict(units)
+    known: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in existing:
+        it = unit_item.get(_key(r))
+        if it is not None:
+            known.setdefault((it.question, it.answer), r)
+    chunks = [todo[i : i + settings.chunk_size] for i in range(0, len(todo), settings.chunk_size)]
+    bar = None
+    if settings.progress and chunks:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="probe", unit="item")
+    for chunk in chunks:
+        fresh: dict[tuple[str, str], Item] = {}
+        for _, it in chunk:
+            if (it.question, it.answer) not in known:
+                fresh.setdefault((it.question, it.answer), it)
+        for qa, rec in zip(fresh, probe_items(backend, list(fresh.values()), probe), strict=True):
+            known[qa] = rec
+        recs = []
+        for (split, variant, oid, draw), it in chunk:
+            rec = {k: v for k, v in known[(it.question, it.answer)].items() if k not in UNIT_FIELDS}
+            rec.update(id=it.id, split=split, variant=variant, original_id=oid, draw=draw)
+            recs.append(rec)
+        append_jsonl(path, recs)
+        existing.extend(recs)
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    wanted = set(keys)
+    return [r for r in existing if _key(r) in wanted]
+
+
+def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None = None
+               ) -> dict[str, list[float]]:
+    """Scores per original item, in draw order (m reference draws, k paraphrases, or the one original).
+
+    With pick = (k, n_seeds) only the draws j with j mod n_seeds == k are kept (seed k's own disjoint
+    share, for the stability display; an item with fewer draws than seeds keeps draw k mod m).
+    """
+    by: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in records:
+        by[r["original_id"]].append((int(r["draw"]), metric_value(r, metric)))
+    out = {}
+    for oid, vals in by.items():
+        vals.sort()
+        if pick is not None:
+            k, n_seeds = pick
+            out[oid] = [v for j, (_, v) in enumerate(vals) if j % n_seeds == k] or [vals[k % len(vals)][1]]
+        else:
+            out[oid] = [v for _, v in vals]
+    return out
+
+
+def distinct_draws(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reference records with repeated draws of an item removed (same prompt and gold answer: one version).
+
+    A copy of a perturbation is not a further version of the item; counted twice it would make the
+    within-item permutation test anti-conservative. Records without a prompt hash are kept as they are.
+    """
+    seen: set[tuple] = set()
+    out = []
+    for r in sorted(records, key=lambda r: (r["original_id"], int(r["draw"]))):
+        key = (r["original_id"], r.get("prompt_hash"), r.get("gold"))
+        if r.get("prompt_hash") is not None and key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
+
+
+def _std(xs: Sequence[float]) -> float:
+    return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: DetectSettings) -> dict[str, Any]:
+    """Per (split, variant, metric): one within-item test over all reference draws; verdicts; malformed rates.
+
+    p_value is the test's p (Monte Carlo streams of all seeds pooled) and c_cont = C(p_value). `per_seed`
+    holds the stability display: per seed, the test on that seed's stream (and, with
+    reference_draws=per_seed, on its share of the draws); the ± std columns come from it.
+    """
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["split"], r["variant"])].append(r)
+    splits = sorted({s for s, _ in groups})
+    results, verdicts, malformed = [], [], []
+    n_seeds = len(settings.seeds)
+    for split in splits:
+        ref = distinct_draws(groups.get((split, REFERENCE), []))
+        variants = [v for (s, v) in groups if s == split and v != REFERENCE]
+        variants.sort(key=lambda v: (v != ORIGINAL, v))
+        for variant in variants:
+            recs = groups[(split, variant)]
+            pooled_p: dict[str, float] = {}
+            seed_p: dict[int, dict[str, float]] = defaultdict(dict)
+            for metric in metrics:
+                s_map = item_draws(recs, metric)
+                r_all = item_draws(ref, metric)
+                ids = sorted(set(s_map) & set(r_all))
+
+                def run(r_map: dict[str, list[float]], seed: int, ids: list[str] = ids, metric: str = metric,
+                        s_map: dict[str, list[float]] = s_map, split: str = split, variant: str = variant) -> TestResult:
+                    return paired_test(metric, [s_map[i] for i in ids], [r_map[i] for i in ids],
+                                       B=settings.bootstrap_samples, test=settings.test, ids=ids,
+                                       seed=int(stable_hash(f"{seed}|{split}|{variant}|{metric}", 8), 16))
+
+                streams = [run(r_all, seed) for seed in settings.seeds]
+                p = pooled_mc_pvalue(streams)
+                main = streams[0]
+                per_seed = []
+                for k, seed in enumerate(settings.seeds):
+                    res = streams[k] if settings.reference_draws == "all" else \
+                        run(item_draws(ref, metric, (k, n_seeds)), seed)
+                    per_seed.append({"seed": seed, **res.to_dict()})
+                    seed_p[seed][metric] = res.p_value
+                floor = (1.0 / (settings.bootstrap_samples * n_seeds + 1)) if not main.exact else main.p_floor
+                pooled_p[metric] = p
+                results.append({
+                    "split": split, "variant": variant, "metric": metric, "n": main.n, "m": main.m, "k": main.k,
+                    "s": main.s, "s_std": 0.0, "s_ref": main.s_ref,
+                    "s_ref_std": _std([q["s_ref"] for q in per_seed]) if settings.reference_draws == "per_seed" else 0.0,
+                    "diff": main.diff, "p_value": p, "c_cont": c_cont(p),
+                    "c_cont_std": _std([q["c_cont"] for q in per_seed]),
+                    "p_floor": floor, "at_floor": p <= floor * (1 + 1e-9), "test": main.test,
+                    "n_relabellings": sum(int(q["n_relabellings"] or 0) for q in per_seed) if not main.exact else main.n_relabellings,
+                    "discordant": main.to_dict()["discordant"], "per_seed": per_seed,
+                })
+            verdict = combine(pooled_p, settings.alpha)
+            stability = [combine(seed_p[seed], settings.alpha) for seed in settings.seeds]
+            verdicts.append({
+                "split": split, "variant": variant, **verdict,
+                "stability_contaminated_seeds": sum(c["contaminated"] for c in stability),
+                "per_seed": stability,
+            })
+        for variant in sorted({v for (s, v) in groups if s == split}):
+            recs = groups[(split, variant)]
+            row = {"split": split, "variant": variant, "n_rows": len(recs)}
+            if any("malformed" in r for r in recs):
+                row["zero_cot_malformed"] = int(sum(bool(r.get("malformed")) for r in recs))
+                row["zero_cot_malformed_rate"] = row["zero_cot_malformed"] / len(recs)
+            if any("cot_malformed" in r for r in recs):
+                row["full_cot_malformed"] = int(sum(bool(r.get("cot_malformed")) for r in recs))
+                row["full_cot_malformed_rate"] = row["full_cot_malformed"] / len(recs)
+                row["full_cot_acc"] = float(np.mean([bool(r.get("cot_correct")) for r in recs]))
+            malformed.append(row)
+    return {"results": results, "verdicts": verdicts, "malformed": malformed}
+
+
+def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
+           settings: DetectSettings | None = None, *, tracker: Any = None, extra: dict[str, Any] | None = None,
+           title: str | None = None, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Probe, test and report; writes records.jsonl, summary.json, table.md and c_cont.png to out_dir.
+
+    Before anything is written (the directory included) the units are fitted to the model's context
+    (`plan_units`) and a dataset left with no item to test is refused (`check_testable`): an empty report
+    is no result. The run directory is then locked for the duration (a second run on it refuses at once).
+    summary.json and table.md say how the prompts were rendered (`rendering`), which items were left out and
+    why (`datasets[].left_out`, the "n = 26 of 40 items" line), and flag acc/con as void where most answers
+    are malformed (`malformed_warnings`, above MALFORMED_WARN_RATE).
+    """
+
+    settings = settings or DetectSettings()
+    out = Path(out_dir)
+    planned = plan_units(backend, datasets, probe, settings)
+    cover = coverage(datasets, planned[0])
+    check_testable(cover, settings)
+    example = next((ds.originals[0] for ds in datasets if ds.originals), None)
+    rendering = prompt_rendering(backend, probe, example)
+    _log_plan(cover, planned[1], rendering, settings)
+    with RunLock(out):
+        return _detect_locked(backend, datasets, probe, out, settings, tracker, extra, title, on_ready,
+                              planned, cover, rendering)
+
+
+def _log_plan(cover: Sequence[dict[str, Any]], overflow: Sequence[dict[str, Any]], rendering: dict[str, Any],
+              settings: DetectSettings) -> None:
+    """WARNING lines for what a run leaves out or changes, and how its prompts are rendered."""
+    from zcp.probe.prompts import describe_rendering
+    from zcp.probe.report import coverage_text, overflow_text
+
+    (log.warning if rendering.get("kind") == "plain_template" else log.info)("prompts: %s",
+                                                                            describe_rendering(rendering))
+    for c in cover:  # items without a reference row were announced by load_datasets already
+        if set(c["left_out"]) - {"without a reference row"}:
+            log.warning("%s (listed in summary.json)", coverage_text(c))
+    if overflow:
+        log.warning("%s (listed in summary.json)", overflow_text(overflow, settings.on_overflow, settings.overflow_key))
+
+
+def malformed_warnings(malformed: Sequence[dict[str, Any]], metrics: Sequence[str],
+                       threshold: float = MALFORMED_WARN_RATE) -> list[dict[str, Any]]:
+    """Rows of `analyse`'s malformed table whose malformed rate voids acc/con, with the metrics it voids.
+
+    A zero-CoT malformed rate above `threshold` voids acc and con (both score a malformed zero-CoT answer as
+    wrong / inconsistent on every version); a full-CoT malformed rate above it voids con. p_first/p_all
+    score the gold answer's tokens and are unaffected. The rows are also marked (`voids`).
+    """
+    out = []
+    for row in malformed:
+        voids = []
+        if row.get("zero_cot_malformed_rate", 0.0) > threshold:
+            voids += [m for m in ("acc", "con") if m in metrics]
+        if row.get("full_cot_malformed_rate", 0.0) > threshold and "con" in metrics and "con" not in voids:
+            voids.append("con")
+        if not voids:
+            continue
+        row["voids"] = voids
+        rates = [f"{row[k]:.0%} of {what} answers" for k, what in (("zero_cot_malformed_rate", "zero-CoT"),
+                                                                      ("full_cot_malformed_rate", "full-CoT"))
+                 if row.get(k, 0.0) > threshold]
+        out.append({"split": row["split"], "variant": row["variant"], "voids": voids, "threshold": threshold,
+                    "warning": f"{row['split']}/{row['variant']}: {' and '.join(rates)} are malformed (more than "
+                               f"{threshold:.0%}): {' and '.join(voids)} mean nothing here (a malformed answer "
+                               "scores as wrong on every version of an item); check probe.zero_cot_prefix and "
+                               "the prompt rendering"})
+    return out
+
+
+def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: Path,
+                   settings: DetectSettings, tracker: Any, extra: dict[str, Any] | None, title: str | None,
+                   on_ready: Callable[[], Any] | None,
+                   planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]],
+                   cover: list[dict[str, Any]], rendering: dict[str, Any]) -> dict[str, Any]:
+    from zcp.probe.report import results_rows, write_reports
+
+    overflow: list[dict[str, Any]] = []
+    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering)
+    analysed = analyse(records, probe.metrics, settings)
+    flags = malformed_warnings(analysed["malformed"], probe.metrics)
+    for f in flags:
+        log.warning("%s", f["warning"])
+    summary: dict[str, Any] = {
+        "model": getattr(backend, "name", None),
+        "metrics": list(probe.metrics),
+        "seeds": list(settings.seeds),
+        "bootstrap_samples": settings.bootstrap_samples,
+        "test": settings.test,
+        "alpha": settings.alpha,
+        "reference_draws": settings.reference_draws,
+        "on_overflow": settings.on_overflow,
+        "overflow_key": settings.overflow_key,
+        "overflow": overflow,
+        "rendering": rendering,
+        "datasets": [{"split": ds.split, "n_items": len(ds.originals),
+                      "n_reference_rows": sum(len(v) for v in ds.reference.values()),
+                      "variants": {k: sum(len(x) for x in v.values()) for k, v in ds.variants.items()},
+                      **{k: c[k] for k in ("n_selected", "n_tested", "left_out")}}
+                     for ds, c in zip(datasets, cover, strict=True)],
+        **analysed,
+        "malformed_warnings": flags,
+        **(extra or {}),
+    }
+    write_json(out / SUMMARY, summary)
+    paths = write_reports(summary, out, title)
+    if tracker is not None:
+        tracker.table("results", results_rows(summary))
+        tracker.table("verdicts", [{k: v[k] for k in ("split", "variant", "p_value", "c_cont", "contaminated")}
+                                   for v in summary["verdicts"]])
+        tracker.summary({f"{r['split']}/{r['variant']}/{r['metric']}/c_cont": r["c_cont"] for r in summary["results"]})
+        tracker.image("c_cont", str(paths["plot"]))
+    return summary
+
+
+def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, Any]]]:
+    """Datasets named by a `data` config (one, or C and U when a manifest is given), and the data issues.
+
+    Items are selected first (all, `data.limit` = the first N, or `data.sample` = N at random seeded by
+    `data.sample_seed`, i.e. the run's `seed`; rows skipped by `data.on_invalid=skip`), then the
+    reference and variant rows are paired to them by `data.pair_by` (see `zcp.benchmarks.loaders`); rows of
+    items not selected are left out. Variant files are read with `data.variant_format`/`variant_fields`
+    (null: the data's), and for format zcp_release with the field prefix `data.variant_prefix` (null: the
+    variant's name, e.g. paraphrased).
+
+    The second value lists, for summary.json: skipped rows ({file, row, field, reason}), items without a
+    reference row ({file, id, reason}) and data warnings ({file, warning}: a reference or variant set
+    identical to its data, answers read from a float-typed parquet column).
+    """
+    from zcp.benchmarks.loaders import field_map, load_benchmark, load_paired, resolve_path
+    from zcp.config import to_dict
+    from zcp.errors import DataError
+
+    d = to_dict(data_cfg)
+    if not d.get("reference_path"):
+        raise ValueError("data.reference_path is required: the perturbed reference set of the benchmark")
+    on_missing = d.get("missing_reference", "error")
+    if on_missing not in ("error", "skip"):
+        raise ValueError(f"data.missing_reference must be error or skip, not {on_missing!r}")
+    fmt = d.get("format") or "items"
+    fields = field_map(d.get("fields"), where="data.fields")
+
+    def own_fields(key: str, own_format: str) -> dict[str, str]:
+        # a reference/variant file in the data's format reads the data's field names unless given its own
+        own = field_map(d.get(key), where=f"data.{key}")
+        return own or (fields if own_format == fmt else {})
+
+    bench = load_benchmark(d["path"], fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
+                           sample=d.get("sample"), seed=d.get("sample_seed") or 0,
+                           on_invalid=d.get("on_invalid", "error"), on_duplicate=d.get("on_duplicate") or "error")
+    issues: list[dict[str, Any]] = [*bench.skipped, *bench.warnings]
+    ref_format = d.get("reference_format") or "items"
+    reference = load_paired(d["reference_path"], bench, ref_format, fields=own_fields("reference_fields", ref_format),
+                            variant=d.get("reference_variant"), pair_by=d.get("pair_by"),
+                            require_all=on_missing == "error", warnings=issues,
+                            missing_key="data.missing_reference")
+    var_format = d.get("variant_format") or fmt
+    variants = {}
+    for name, path in (d.get("variant_paths") or {}).items():
+        if not path:
+            continue
+        prefix = d.get("variant_prefix") or (name if var_format == "zcp_release" else None)
+        variants[name] = load_paired(path, bench, var_format, fields=own_fields("variant_fields", var_format),
+                                     variant=prefix, pair_by=d.get("pair_by"), require_all=False,
+                                     what=f"'{name}' variant", warnings=issues)
+    items = bench.items
+    # items without a reference row (rejected by the reference builder): left out and listed in summary.json
+    issues += [{"file": str(d["reference_path"]), "id": it.id, "reason": "no reference row"}
+               for it in items if it.id not in reference]
+    if d.get("manifest"):
+        from zcp.benchmarks.split import Manifest
+
+        mpath = str(resolve_path(d["manifest"]))
+        manifest = Manifest.load(mpath)
+        in_file, by_id = set(bench.ids), {it.id: it for it in items}
+        groups = {}
+        for split, ids in (("C", manifest.c_ids), ("U", manifest.u_ids)):
+            unknown = [i for i in ids if i not in in_file]
+            if unknown:
+                raise DataError(f"{len(unknown)} id(s) of split {split} are not in data file {bench.path}, first "
+                                f"{unknown[0]!r}", path=mpath, field="id")
+            groups[split] = [by_id[i] for i in ids if i in by_id]  # the selected items, in manifest order
+    else:
+        groups = {d.get("name") or Path(str(d["path"])).stem: items}
+    out = []
+    for split, selected in groups.items():
+        sub = [it for it in selected if it.id in reference]
+        ids = {it.id for it in sub}
+        out.append(DetectDataset(split, sub, {k: v for k, v in reference.items() if k in ids},
+                                 {n: {k: v for k, v in vv.items() if k in ids} for n, vv in variants.items()},
+                                 without_reference=[it.id for it in selected if it.id not in reference]))
+        if not sub:  # before any model loads: a run with nothing to test is no result
+            raise DataError(f"nothing left to test in {split}: none of its {len(selected)} selected item(s) has a "
+                            "reference row (data.missing_reference=skip left them all out); give a reference set "
+                            "that covers the items", path=str(resolve_path(d["reference_path"])))
+        if out[-1].without_reference:
+            log.warning("%s: %d of %d selected item(s) have no reference row and are left out "
+                        "(data.missing_reference=skip); n = %d", split, len(out[-1].without_reference),
+                        len(selected), len(sub))
+    return out, issues
+
+
+def probe_config(probe_cfg: Any, model_cfg: Any = None) -> ProbeConfig:
+    """ProbeConfig from the `probe` config group, with the model's own settings (`model.probe.*`) over it.
+
+    Models differ in what the probe needs (a long reasoner's full-CoT token budget, a model card's CoT
+    instruction); conf/model/*.yaml set those under `probe:` and null keeps the probe group's value.
+    """
+    from zcp.config import to_dict
+
+    p = to_dict(probe_cfg)
+    if model_cfg is not None and (model_cfg.get("probe") if hasattr(model_cfg, "get") else None):
+        from zcp.backends.config import ModelProbeSettings, _build
+
+        p.update(_build(ModelProbeSettings, to_dict(model_cfg.get("probe")), "model.probe").overrides())
+    known = set(ProbeConfig.__dataclass_fields__)
+    return ProbeConfig(**{k: v for k, v in p.items() if k in known})
+
+
+def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
+    """Refuse, before anything is probed, metrics the backend cannot give (ConfigError, one line).
+
+    p_first/p_all need the answer's token log-probabilities after a pre-filled assistant turn; a chat
+    API (no pre-fill) or a server that returns no prompt log-probs gives only acc/con.
+    """
+    from zcp.errors import ConfigError
+
+    wanted = [m for m in ("p_first", "p_all") if m in probe.metrics]
+    if not wanted:
+        return
+    if probe.mode == "api" or not getattr(backend, "supports_prefill", True) or \
+            not getattr(backend, "supports_logprobs", True):
+        why = getattr(backend, "logprobs_unavailable", None) or (
+            "probe.mode=api asks for the instruction variant (no pre-fill)" if probe.mode == "api" else
+            f"backend {getattr(backend, 'name', '?')} cannot pre-fill the answer and return its token log-probs")
+        raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only acc/con are "
+                          "available here: set probe.metrics=[acc,con]")
+
+
+def run_detect(cfg: Any) -> dict[str, Any]:
+    """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B.
+
+    With `base_model.path` the base model is probed on the same units into `<out>/base/` and the
+    difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
+    """
+    from zcp.config import (
+        build_backend,
+        model_name,
+        run_dir,
+        save_config,
+        to_dict,
+        validate,
+    )
+    from zcp.core.io import model_fingerprint, seed_everything
+    from zcp.core.tracking import Tracker
+
+    validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
+    seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
+    seed_everything(int(cfg.seed))
+    from zcp.backends.config import model_config
+    from zcp.backends.registry import check_paths
+    from zcp.probe.did import (
+        DID_MD,
+        base_model_config,
+        base_weights,
+        detect_did,
+        free_memory,
+        without_null_base,
+    )
+
+    mc = model_config(cfg.model)
+    check_paths(mc)  # before anything is read or loaded
+    base_mc = base_model_config(cfg.get("base_model"), cfg.model)  # base_model.path: checked here too; None: no DiD
+    local = mc.backend != "openai"  # a served model has no local weights to fingerprint
+    weights = {"model": model_fingerprint(mc.path) if local else None,
+               "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
+    out = run_dir(without_null_base(cfg), "detect", str(cfg.data.get("name", "")), model_name(cfg.model),
+                  extra=weights)
+    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
+                              alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
+                              reference_draws=str(cfg.stats.reference_draws),
+                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
+                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
+    probe = probe_config(cfg.probe, cfg.model)
+    datasets, skipped = load_datasets(cfg.data)
+    backend = build_backend(cfg.model)
+    check_backend_metrics(backend, probe)
+    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
+        summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
+                         extra={"skipped_rows": [x for x in skipped if "warning" not in x],
+                                "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
+                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
+                         on_ready=lambda: save_config(cfg, out))
+        if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
+            del backend  # the audited model leaves memory before the base model loads
+            free_memory()
+            summary = detect_did(base_mc, datasets, probe, out, settings, summary, tracker)
+        files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+        if base_mc is not None:
+            files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
+        if cfg.get("logger") and cfg.logger.get("log_records"):
+            files.append(str(out / RECORDS))
+        tracker.artifact("detect-results", "zcp-detect", files)
+    print((out / TABLE).read_text())
+    if base_mc is not None:
+        print((out / DID_MD).read_text())
+    print(f"wrote {out}")
+    return summary

@@ -1,0 +1,570 @@
+"""The simulation study end to end: contaminate a model (zcp.simulate), then run ZCP on Dataset C and
+Dataset U against their reference sets, for the fine-tuned model and for its base model.
+
+Outputs (in the contamination run dir, under `detect/`): per-model detection runs (records, summary,
+table), `table7.md` (the paper's Table 7 shape: S_ref, S, C_cont per metric, mean ± std over seeds, for
+FT and base on C and U), `did.md` (difference-in-differences: the zero-CoT gap the fine-tuning created,
+item-paired, tested), `c_cont_C_vs_U.png` and `simulation_summary.json`.
+
+Statistics: one within-item permutation test per (model, split, metric) over all m x n_seeds reference
+draws per item (m per seed are generated); that test's p and C_cont are the verdict. The seeds are a
+stability display: seed k's Monte Carlo stream on its own disjoint share of the draws gives the ± std
+columns. The contaminated model itself is trained once, from `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zcp.backends.tokenized import TokenizedBackend
+from zcp.core.io import stable_hash
+from zcp.core.items import Item
+from zcp.errors import DataError
+from zcp.probe.detect import DetectDataset, DetectSettings, detect, probe_config
+from zcp.probe.did import did_markdown, simulation_did
+from zcp.probe.report import METRIC_LABEL, c_cont_text, plot_c_cont
+
+log = logging.getLogger(__name__)
+
+
+def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, manifest: Any = None,
+                          run_dir: str | Path | None = None) -> tuple[dict[str, list[Item]], dict[str, Any]]:
+    """n_draws reference draws per benchmark item for the detection stage, and the builder's report.
+
+    `detect.reference_path` reads a given reference set (`file_references`: rows of items outside the benchmark
+    left out and counted, items without a row per `detect.missing_reference`). Otherwise the builder registry
+    builds them as run_build_data does (`detect.reference`: method, exclusions, policies), chosen on the items as
+    loaded (`zcp.simulate.contaminate.benchmark_format`): generated word problems get exact draws from the
+    generator's law, GSM8K-format files the gsm8k builder. The run's own training data joins
+    `detect.reference.exclude`: every C item (leaked or not: a value a fine-tune may have seen is never a
+    reference) and the clean and sham items of `<run>/training_items.jsonl`. An item the builder gives no draw
+    has no key in the result: it cannot be tested and `simulation_splits` leaves it out, counted.
+    """
+    from dataclasses import replace
+
+    from zcp.benchmarks.build import reference_context
+    from zcp.benchmarks.references.exclusions import item_key
+    from zcp.benchmarks.references.registry import build_references
+    from zcp.config.schemas import validate
+
+    d = _plain(cfg.get("detect") or {})
+    det = validate({"detect": d})["detect"]
+    if det.reference_path:
+        return file_references(cfg, items)
+    method = check_reference_source(cfg, items)
+    choice = det.reference
+    keys: set[str] = set()
+    if manifest is not None:
+        keys |= {k for k in (item_key(it) for it in manifest.subset(items, "C")) if k}
+    if run_dir is not None:
+        keys |= _training_keys(Path(run_dir))
+    ctx, exclusions = reference_context(items, seed, {"exclude": list(choice.exclude),
+                                                      "exclude_benchmark": choice.exclude_benchmark,
+                                                      "special_cases": choice.special_cases})
+    ctx = replace(ctx, exclude=ctx.exclude | frozenset(keys))
+    rs = build_references(items, method, n_draws, ctx)
+    report = {**rs.report, "rejections": rs.rejections,
+              "exclusions": [*exclusions, {"source": "the run's training data (C items, clean and sham items)",
+                                           "keys": len(keys)}]}
+    return rs.refs, report
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    """A plain dict of a config node (DictConfig or mapping), resolved."""
+    from zcp.config import to_dict
+
+    return to_dict(cfg) if not isinstance(cfg, dict) else cfg
+
+
+def benchmark_keys(cfg: Any, items: list[Item]) -> Any:
+    """The benchmark as a `zcp.benchmarks.loaders.Benchmark`: `items` selected, with the pairing keys of EVERY row of
+    the file(s) they were read from (benchmark.path, split.c_path + split.u_path, the `data` group). A reference
+    file's rows of items the benchmark leaves out (benchmark.limit, a merged duplicate) are then recognised and
+    left out, counted, as run_detect does; a row naming an item no file holds still fails."""
+    from zcp.benchmarks.loaders import Benchmark
+    from zcp.benchmarks.loaders import load_benchmark as load_file
+    from zcp.simulate.contaminate import resolve_model_path
+
+    c = _plain(cfg)
+    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
+    policy, key = b.get("on_duplicate") or "error", "benchmark.on_duplicate"
+    if split.get("c_path") and split.get("u_path"):
+        files = [(split["c_path"], b.get("format") or "items", b.get("variant")),
+                 (split["u_path"], b.get("format") or "items", b.get("variant"))]
+    elif b.get("source", "wordproblems") == "file":
+        files = [(b["path"], b.get("format") or "items", b.get("variant"))]
+    elif b.get("source") == "data":
+        d = dict(c.get("data") or {})
+        files = [(d["path"], d.get("format") or "items", None)]
+    else:
+        return Benchmark.from_items(items)
+    parts = [load_file(resolve_model_path(str(path)), fmt, variant=variant, limit=b.get("limit"),
+                       on_duplicate=policy, duplicate_key=key) for path, fmt, variant in files]
+    return Benchmark(" + ".join(p.path for p in parts), list(items), [i for p in parts for i in p.ids],
+                     [r for p in parts for r in p.rows], [x for p in parts for x in p.source_index],
+                     set().union(*(p.source_index_fields for p in parts)))
+
+
+def file_references(cfg: Any, items: list[Item]) -> tuple[dict[str, list[Item]], dict[str, Any]]:
+    """The reference rows of `detect.reference_path` (read with `detect.reference_format`) paired to the benchmark
+    items, and a report counting them.
+
+    As in run_detect (`zcp.probe.detect.load_datasets`): rows of items of the benchmark's file(s) that the benchmark
+    does not hold (`benchmark.limit`; a full-benchmark reference set for a slice) are left out and counted
+    (`rows_outside_benchmark`); a row naming an item no file holds fails. A benchmark item without any row is a
+    one-line DataError unless `detect.missing_reference=skip`, which leaves it out (counted in
+    simulation_summary.json as `items_without_reference`)."""
+    from zcp.benchmarks.loaders import pair_rows, read_linked, resolve_path
+    from zcp.config.schemas import validate
+    from zcp.errors import ConfigError
+    from zcp.simulate.contaminate import resolve_model_path
+
+    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
+    path = resolve_path(resolve_model_path(str(det.reference_path)))
+    if not Path(path).is_file():
+        raise ConfigError(f"detect.reference_path={det.reference_path}: no such file")
+    warnings: list[dict[str, Any]] = []
+    rows = read_linked(path, det.reference_format, warnings=warnings)
+    refs = pair_rows(rows, benchmark_keys(cfg, items), str(path), require_all=False, what="reference",
+                     warnings=warnings)
+    n_paired = sum(len(v) for v in refs.values())
+    missing = [it.id for it in items if not refs.get(it.id)]
+    if missing and det.missing_reference == "error":
+        shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
+        raise DataError(f"{len(missing)} of {len(items)} benchmark item(s) have no reference row: {shown}; set "
+                        "detect.missing_reference=skip to leave them out (counted in simulation_summary.json)",
+                        path=str(path))
+    outside = len(rows) - n_paired
+    if outside:
+        log.info("%s: %d reference row(s) of items outside the benchmark left out", path, outside)
+    return refs, {"method": "file", "path": str(path), "rows": len(rows), "rows_paired": n_paired,
+                  "rows_outside_benchmark": outside, "missing_reference": det.missing_reference,
+                  "items_without_reference_row": len(missing), "data_warnings": warnings}
+
+
+def _training_keys(run: Path) -> set[str]:
+    """Keys of the non-benchmark items a contamination run trained on (`training_items.jsonl`)."""
+    from zcp.benchmarks.loaders import load_items
+    from zcp.benchmarks.references.exclusions import item_key
+    from zcp.errors import RunDirError
+
+    path = run / "training_items.jsonl"
+    if not path.exists():
+        if (run / "sft_data.jsonl").exists():
+            raise RunDirError(f"{run}: its training data predates training_items.jsonl; rerun the contamination "
+                              "(the data stage is rebuilt, finished training is kept)")
+        return set()
+    return {k for k in (item_key(it) for it in load_items(str(path), format="items")) if k}
+
+
+def _benchmark_items_for_check(c: dict[str, Any]) -> list[Item]:
+    """The benchmark items (`load_benchmark`), a missing benchmark.path being a one-line ConfigError."""
+    from zcp.errors import ConfigError
+    from zcp.simulate.contaminate import load_benchmark
+
+    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
+    if not (split.get("c_path") and split.get("u_path")):
+        source = b.get("source", "wordproblems")
+        if source == "file" and not b.get("path"):
+            raise ConfigError("benchmark.path is required for benchmark.source=file (the benchmark file)")
+        if source == "data" and not (c.get("data") or {}).get("path"):
+            raise ConfigError("data.path is required for benchmark.source=data")
+    return load_benchmark(c)
+
+
+def check_reference_source(cfg: Any, items: list[Item] | None = None) -> str:
+    """The reference method the detection stage will use (``file`` for detect.reference_path), checked before
+    training on the benchmark's ACTUAL items (loaded when not given: generated, a file, the given C and U files):
+    `detect.reference.method` resolved on them (`auto`: the first registered builder that takes them, by the
+    format they were read with), and that builder run on a few of them. ConfigError (one line) when no builder
+    without a model takes them (the LLM builder needs generator and judge models the simulation does not
+    configure: give detect.reference_path) or the chosen builder cannot build on them (a word-problem builder on
+    GSM8K items)."""
+    from zcp.benchmarks.references.registry import BuildContext, get_reference_builder, resolve_method
+    from zcp.config.schemas import validate
+    from zcp.errors import ConfigError
+    from zcp.simulate.contaminate import benchmark_format
+
+    c = _plain(cfg)
+    d = c.get("detect") or {}
+    if d.get("reference_path"):
+        return "file"
+    choice = validate({"detect": d})["detect"].reference
+    if items is None:
+        items = _benchmark_items_for_check(c)
+    fmt = benchmark_format(c)
+    split = c.get("split") or {}
+    what = (f"the given C and U files (benchmark.format={fmt})" if split.get("c_path") and split.get("u_path") else
+            "the generated word problems" if fmt == "wordproblems" else f"benchmark.format={fmt}")
+    try:
+        method = resolve_method(choice.method, items, fmt)
+    except ValueError:
+        method = "none"
+    if method in ("llm", "none"):
+        raise ConfigError(f"detect.reference_path is required for {what} (no program to perturb: build a reference "
+                          "set with evaluate/run_build_data.py), or set detect.reference.method")
+    builder = get_reference_builder(method)
+    sample = list(items[:3])
+    chosen = f"{choice.method} (resolved to {method})" if choice.method == "auto" else method
+    fix = "set detect.reference_path=FILE (evaluate/run_build_data.py) or another detect.reference.method"
+    try:
+        built = builder.build(sample, 1, BuildContext(seed=0, benchmark=tuple(items)))
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
+        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for "
+                          f"{what} (item {sample[0].id if sample else '?'}: {type(e).__name__} {e}); {fix}") from None
+    # a builder chosen by name that would not take these items (auto's test) must build on some of them
+    if not builder.accepts(items, fmt) and sample and not any(built.refs.values()):
+        why = next((r.get("reason") for r in built.rejections if r.get("reason")), "no draw")
+        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for {what} "
+                          f"(none for items {', '.join(it.id for it in sample)}: {why}); {fix}")
+    return method
+
+
+def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, splits: Sequence[str] = ("C", "U"),
+                      run_dir: str | Path | None = None, report: dict[str, Any] | None = None
+                      ) -> tuple[dict[str, list[Item]], dict[str, list[Item]], list[str]]:
+    """The detection stage's inputs from a run's config, items, manifest (and run dir, whose training data the
+    references avoid): the items of each split that have reference draws, their draws (m x len(seeds), the run's
+    reference seed: the same draws every job rebuilds), and the ids left out for want of any reference. Shared by
+    the detection stage, the ablations and the baselines so all three probe exactly the same items. `report`, when
+    given, receives the reference builder's report (law, exclusions, exchangeability per feature)."""
+    from zcp.config.schemas import validate
+
+    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
+    ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
+    refs, ref_report = simulation_references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed), manifest, run_dir)
+    if report is not None:
+        report.update(ref_report)
+    missing = sorted(it.id for it in items if not refs.get(it.id))
+    if missing:
+        log.warning("%d item(s) without any reference draw are left out of detection: %s", len(missing),
+                    ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+    groups = {s: [it for it in manifest.subset(items, s) if refs.get(it.id)] for s in splits}
+    return groups, refs, missing
+
+
+def detection_settings(c: dict[str, Any]) -> DetectSettings:
+    """The detection stage's DetectSettings: the seeds' stability display on each seed's own share of the draws
+    (m per seed are generated), stats.*, run.*, and the overflow policy `detect.on_overflow` (named so in
+    messages)."""
+    from zcp.config import validate
+
+    checked = validate(c)
+    det, st, rn = checked["detect"], checked["stats"], checked["run"]
+    return DetectSettings(seeds=[int(s) for s in det.seeds], bootstrap_samples=st.bootstrap_samples, alpha=st.alpha,
+                          test=st.test, reference_draws="per_seed", chunk_size=rn.chunk_size, progress=rn.progress,
+                          on_overflow=det.on_overflow, overflow_key="detect.on_overflow")
+
+
+def detection_datasets(c: dict[str, Any], items: list[Item], manifest: Any, leaked: Sequence[str] | None = None,
+                       run_dir: str | Path | None = None
+                       ) -> tuple[list[DetectDataset], dict[str, list[Item]], list[str], dict[str, Any]]:
+    """The detection stage's datasets (C and U; with a partial leak also C_leaked and C_not_leaked), each naming
+    the items left out for want of a reference; plus the draws, the ids without any and the reference report."""
+    report: dict[str, Any] = {}
+    groups, refs, missing = simulation_splits(c, items, manifest, run_dir=run_dir, report=report)
+    without = {s: [it.id for it in manifest.subset(items, s) if not refs.get(it.id)] for s in ("C", "U")}
+    leaked_set = set(leaked or [])
+    if 0 < len(leaked_set) < len(groups["C"]):  # leak_fraction < 1: also the leaked and unleaked parts (a sham: C only)
+        groups["C_leaked"] = [it for it in groups["C"] if it.id in leaked_set]
+        groups["C_not_leaked"] = [it for it in groups["C"] if it.id not in leaked_set]
+        without["C_leaked"] = [i for i in without["C"] if i in leaked_set]
+        without["C_not_leaked"] = [i for i in without["C"] if i not in leaked_set]
+    datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}, without_reference=without.get(split, []))
+                for split, sub in groups.items()]
+    return datasets, refs, missing, report
+
+
+class TokenCounter(TokenizedBackend):
+    """A model's tokenizer and positions without its weights: the `count_tokens` and `context_length` that
+    `zcp.probe.detect.plan_units` needs, so the detection stage's context check runs before training (it renders the
+    prompts exactly as the model's backend will: chat template, `chat_template_kwargs`, `model.chat`,
+    `model.max_length`)."""
+
+    def __init__(self, tokenizer: Any, positions: int | None, *, name: str, chat_template_kwargs: Any = None,
+                 chat: bool = True, max_length: int | None = None) -> None:
+        self._init_tokenizer(tokenizer, chat_template_kwargs=chat_template_kwargs, chat=chat, max_length=max_length)
+        self._positions = positions
+        self.name = name
+
+    def model_positions(self) -> int | None:
+        """The positions the model's config states (max_position_embeddings)."""
+        return self._positions
+
+    def score(self, requests: Any) -> Any:  # pragma: no cover - counting only
+        raise NotImplementedError("TokenCounter counts tokens only")
+
+    def generate(self, requests: Any) -> Any:  # pragma: no cover - counting only
+        raise NotImplementedError("TokenCounter counts tokens only")
+
+
+def token_counter(model_cfg: Any) -> TokenCounter | None:
+    """The `TokenCounter` of the simulation's base model (its fine-tune keeps its tokenizer and positions): the
+    tokenizer and config.json only, no weights. None for a served model (model.backend=openai)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from zcp.backends.config import model_config
+    from zcp.simulate.contaminate import resolve_model_path
+
+    mc = model_config(model_cfg)
+    if mc.backend == "openai":
+        return None
+    path = resolve_model_path(mc.path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=mc.trust_remote_code)
+    n = getattr(AutoConfig.from_pretrained(path, trust_remote_code=mc.trust_remote_code), "max_position_embeddings",
+                None)
+    limit = mc.max_length
+    if mc.backend == "vllm" and mc.vllm.max_model_len:
+        limit = min(limit, mc.vllm.max_model_len) if limit else mc.vllm.max_model_len
+    return TokenCounter(tok, int(n) if n else None, name=f"{Path(path).name} (tokenizer)",
+                        chat_template_kwargs=mc.chat_template_kwargs, chat=mc.chat, max_length=limit)
+
+
+def check_detection_stage(cfg: Any) -> dict[str, Any]:
+    """Before training: what the detection stage needs, so it cannot fail after the training it follows.
+
+    On the benchmark's actual items and the split the run will make (`planned_manifest`): the reference source
+    (`check_reference_source`; a reference file paired, `detect.missing_reference` applied), the references built
+    as the stage will build them (without the exclusion of the clean/sham items the data stage has yet to draw),
+    and the probe prompts of every unit against the model's context with the tokenizer only (`token_counter`,
+    `zcp.probe.detect.plan_units` under `detect.on_overflow`: `error` refuses here naming the budgets and keys;
+    `skip` refuses a split it would leave with nothing to test). The stage repeats the context check on its
+    final references. Returns what it found (items, units, overflow) for the caller's log."""
+    from zcp.probe.detect import check_testable, coverage, plan_units
+    from zcp.simulate.contaminate import planned_manifest
+
+    c = _plain(cfg)
+    items = _benchmark_items_for_check(c)
+    check_reference_source(c, items)
+    manifest = planned_manifest(c, items)
+    datasets, _, missing, _ = detection_datasets(c, items, manifest)
+    settings = detection_settings(c)
+    counter = token_counter(c.get("model") or {})
+    out: dict[str, Any] = {"items": len(items), "items_without_reference": len(missing)}
+    if counter is None:
+        return out
+    probe = probe_config(c.get("probe") or {}, c.get("model"))
+    units, overflow = plan_units(counter, datasets, probe, settings)
+    check_testable(coverage(datasets, units), settings)
+    return {**out, "units": len(units), "overflow": len(overflow)}
+
+
+def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
+    def pm(m: float, s: float) -> str:
+        return f"{m:.3f} ± {s:.3f}" if multi else f"{m:.3f}"
+
+    head = ["Model", "Dataset"] + [f"{METRIC_LABEL[m]} {c}" for m in metrics for c in ("S_ref", "S", "C_cont")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, summ in summaries.items():
+        by = {(r["split"], r["metric"]): r for r in summ["results"] if r["variant"] == "original"}
+        for split in sorted({s for s, _ in by}):
+            cells = [model, split]
+            for m in metrics:
+                r = by[(split, m)]
+                c = f">{r['c_cont']:.3f}" if r["at_floor"] else c_cont_text(r["c_cont"], r["c_cont_std"], multi)
+                cells += [pm(r["s_ref"], r["s_ref_std"]), pm(r["s"], r["s_std"]), c]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
+    """ZCP on C and U for the contaminated model and its base model; Table 7 analogue, DiD, plot.
+
+    The base model's detection depends on nothing the fine-tune did, so it lives beside the run dirs
+    (`<runs>/base-detect__<key>`) and is shared: a second simulation that finds it in use (a sibling run, a
+    parallel sweep job) waits for it (`SHARED_WAIT_S`) and then resumes it, finding its records done."""
+    from zcp.benchmarks.split import Manifest
+    from zcp.config import build_backend
+    from zcp.core.io import check_writable
+    from zcp.core.tracking import Tracker
+    from zcp.simulate.contaminate import load_benchmark, resolve_model_path
+
+    c = _plain(cfg)
+    det = validate_detect(c)
+    settings = detection_settings(c)
+    seeds = list(settings.seeds)
+    m = int(det.m)
+    probe = probe_config(c.get("probe") or {}, c.get("model"))
+    items = load_benchmark(c)
+    manifest = Manifest.load(result.manifest_path)
+    datasets, refs, missing, ref_report = detection_datasets(c, items, manifest, result.leaked_ids, result.run_dir)
+    groups = {ds.split: ds.originals for ds in datasets}
+    models = {"FT": str(result.model_dir)}
+    if det.base_model:
+        models["base"] = resolve_model_path((c.get("model") or {}).get("path"))
+    out_root = Path(result.run_dir) / "detect"
+    shared_root = Path(result.run_dir).parent
+    check_writable(out_root, key="the detection stage's dir")  # before a model loads
+    if "base" in models:
+        check_writable(shared_root, key="the shared base-model detection's dir")
+    runs, summaries = {}, {}
+    mcfg = c.get("model") or {}
+    for name, path in models.items():
+        # the run's model config (engine, chat_template_kwargs, batch sizes) with this model's weights
+        backend = build_backend({**mcfg, "path": path, "adapter": None, "name": f"{name}:{Path(path).name}"})
+        # A detection run is keyed by what decides its records (model content, items, references, probe
+        # settings): new references (a newer reference builder) or probe settings get a new directory
+        # instead of a refusal. The base model's detection depends on nothing else, so it is shared between
+        # runs (an exposure sweep probes the base model once).
+        units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
+        key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
+                                      settings.bootstrap_samples], sort_keys=True, default=str), 12)
+        title = f"ZCP on the {name} model"
+        if name == "base":
+            runs[name] = shared_root / f"base-detect__{key}"
+            summaries[name] = detect_shared(backend, datasets, probe, runs[name], settings, title=title)
+        else:
+            runs[name] = out_root / f"{name}__{key}"
+            summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=title)
+        del backend
+    metrics = list(probe.metrics)
+    multi = len(seeds) > 1
+    table7 = _table7(summaries, metrics, multi)
+    did = simulation_did(runs, list(groups), metrics, settings) if "base" in runs else []
+    (out_root / "table7.md").write_text(table7)
+    if did:
+        (out_root / "did.md").write_text(did_markdown(did))
+    ft_summary = summaries["FT"]
+    plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
+                       out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
+    sim = {
+        "arm": getattr(result, "arm", "leak"),  # sham: nothing of C leaked, every flag is a false positive
+        "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
+        "items_with_fewer_distinct_draws": sorted(
+            k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),
+        # left out for want of a reference (a builder's rejections; with detect.reference_path and
+        # detect.missing_reference=skip, the items without a row), by split
+        "items_without_reference": missing,
+        "n_items_without_reference": {ds.split: len(ds.without_reference) for ds in datasets},
+        "on_overflow": settings.on_overflow,
+        "reference": ref_report,
+        "seeds_vary": "stability display only: Monte Carlo stream and the seed's disjoint share of the reference "
+                      "draws; the verdict is one test over all draws; training uses `seed` once",
+        "models": models, "table6": result.table6,
+        "results": {name: s["results"] for name, s in summaries.items()},
+        "verdicts": {name: s["verdicts"] for name, s in summaries.items()},
+        "did": did,
+    }
+    (out_root / "simulation_summary.json").write_text(json.dumps(sim, indent=2, default=str))
+    with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
+                 name=f"{c.get('name', 'sim')}-detect") as tr:
+        for name, s in summaries.items():
+            tr.table(f"results/{name}", [{k: r[k] for k in ("split", "metric", "n", "s", "s_ref", "p_value", "c_cont")}
+                                         for r in s["results"]])
+        if did:
+            tr.table("did", [{k: r[k] for k in ("split", "metric", "gap_ft", "gap_base", "did", "c_cont")} for r in did])
+        tr.image("c_cont_C_vs_U", str(plot))
+        tr.summary({f"{n}/{r['split']}/{r['metric']}/c_cont": r["c_cont"] for n, s in summaries.items()
+                    for r in s["results"] if r["variant"] == "original"})
+    print("\nTable 7 analogue (ZCP: one test over all reference draws per metric; ± std: stability over seeds "
+          + str(seeds) + ")\n\n" + table7)
+    if did:
+        print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + did_markdown(did))
+    print(f"plot: {plot}\nsummary: {out_root / 'simulation_summary.json'}")
+    return sim
+
+
+SIM_STAGES = ("contaminate", "detect", "baselines")
+
+
+SHARED_WAIT_S = math.inf  # how long a simulation waits for another one's shared base-model detection
+
+
+def detect_shared(backend: Any, datasets: Sequence[DetectDataset], probe: Any, out: Path, settings: DetectSettings,
+                  title: str, wait: float = SHARED_WAIT_S) -> dict[str, Any]:
+    """`detect` into a directory several simulations share (the base model's detection): a queue lock
+    (`<out>/.share.lock`, waited for up to `wait` seconds) is taken before detect's own `.lock`, so a second
+    simulation waits for the first instead of refusing, then resumes the finished records (the same units, the
+    same records) and writes the same summary."""
+    from zcp.core.io import RunLock
+
+    with RunLock(out, wait=wait, name=".share.lock"):
+        return detect(backend, datasets, probe, out, settings, title=title)
+
+
+def validate_detect(c: dict[str, Any]) -> Any:
+    """The checked `detect` group (`zcp.config.schemas.SimDetectConfig`)."""
+    from zcp.config.schemas import validate
+
+    return validate({"detect": c.get("detect") or {}})["detect"]
+
+
+def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
+    """conf/baselines.yaml composed for a contamination run: ``run_dir=<run>``, ``output_dir=<run>/baselines``,
+    the run's logger, then the run's ``baselines_overrides`` (Hydra override strings, e.g.
+    ``detectors=[ppl,mink20]``). Composed with Hydra itself, so the stage gets exactly the typed config and
+    the compose-time errors of ``evaluate/run_baselines.py``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from zcp import REPO_ROOT
+    from zcp.validate.baselines import register_schema
+
+    register_schema()
+    overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / 'baselines'}",
+                 *[str(o) for o in (cfg.get("baselines_overrides") or [])]]
+    gh = GlobalHydra.instance()
+    if gh.is_initialized():  # inside a Hydra app (train/run_contaminate.py): its search path is this repo's conf/
+        bcfg = compose("baselines", overrides=overrides)
+    else:
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+            bcfg = compose("baselines", overrides=overrides)
+    OmegaConf.set_struct(bcfg, False)
+    bcfg.logger = cfg.get("logger")  # the run's own logger settings (mode, project), not the file's default
+    OmegaConf.set_struct(bcfg, True)
+    return bcfg
+
+
+def run_baselines_stage(cfg: Any, result: Any) -> dict[str, Any]:
+    """The baseline detectors (evaluate/run_baselines.py run_dir=<run>) on the run's C and U: summary.json and
+    baselines.md in <run>/baselines/, resumable like the other stages."""
+    from zcp.validate.baselines import run_baselines
+
+    return run_baselines(baselines_config(cfg, result.run_dir))
+
+
+def run_simulation(cfg: Any) -> dict[str, Any]:
+    """Run the configured `stages` in order: `contaminate`, then `detect` (ZCP) and `baselines` (the
+    literature's detectors, conf/baselines.yaml with `baselines_overrides`) on its result.
+
+    Everything a later stage needs is checked before the first one trains (one line, before any model loads):
+    the contamination's inputs (`check_inputs`: files, the base model's weights, the learning-rate schedules),
+    the detection stage's references and probe prompts against the model's context (`check_detection_stage`),
+    the baselines' config, and that the dirs the stages write can be written (the run dir and, for the shared
+    base-model detection, its parent)."""
+    from zcp.config import validate
+    from zcp.core.io import check_writable
+    from zcp.errors import ConfigError
+    from zcp.simulate.contaminate import _config_fingerprint, _run_dir, check_inputs, contaminate
+
+    validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
+    stages = list(cfg.get("stages") or ["contaminate"])
+    unknown = set(stages) - set(SIM_STAGES)
+    if unknown:
+        raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {list(SIM_STAGES)})")
+    if "baselines" in stages and "detect" not in stages:  # its zcp_* detectors and the report read the detection
+        raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
+    c = _plain(cfg)
+    check_inputs(c)
+    if "detect" in stages:
+        check_detection_stage(c)
+        if validate_detect(c).base_model:
+            check_writable(_run_dir(c, _config_fingerprint(c)).resolve().parent,
+                           key="the shared base-model detection's dir")
+    if "baselines" in stages:
+        from zcp.validate.baselines import check_config
+
+        check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
+    result = contaminate(cfg)
+    out: dict[str, Any] = {"contamination": result}
+    if "detect" in stages:
+        out["detection"] = run_detection_stage(cfg, result)
+    if "baselines" in stages:
+        out["baselines"] = run_baselines_stage(cfg, result)
+    return out
