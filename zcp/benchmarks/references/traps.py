@@ -100,7 +100,7 @@ def trap_variants(item: Item, k: int, seed: int) -> list[Item]:
         by_kind, validate = _wp_candidates(item, rng), _validate_wp
         context: Any = None
     elif _is_gsm8k(item):
-        from zcp.benchmarks.references.gsm8k import _analyse
+        from zcp.benchmarks.references.gsm8k.program import _analyse
 
         try:
             context = _analyse(item)
@@ -409,7 +409,7 @@ def _gsm8k_readings_agree(an: Any, new: Mapping[int, Fraction], results: Sequenc
 
 
 def _gsm8k_relations_hold(an: Any, new: Mapping[int, Fraction]) -> bool:
-    from zcp.benchmarks.references.gsm8k import _relation_value
+    from zcp.benchmarks.references.gsm8k.program import _relation_value
 
     def value(t: Any) -> Fraction:
         return new.get(t, an.variables[t].value) if isinstance(t, int) else t
@@ -422,7 +422,7 @@ def _gsm8k_with_dependents(an: Any, new: dict[int, Fraction]) -> dict[int, Fract
     """`new` plus the constrained variables computed from it; None when one is undefined or not positive."""
     if not an.dependent:
         return new
-    from zcp.benchmarks.references.gsm8k import _dependents
+    from zcp.benchmarks.references.gsm8k.draws import _dependents
 
     try:
         solved = _dependents(an, new)
@@ -466,7 +466,8 @@ def _gsm8k_new_value(var: Any, x: Fraction) -> Fraction | None:
 
 def _gsm8k_change_question(an: Any, item: Item, new: Mapping[int, Fraction]) -> str | None:
     """The question with the changed numbers; None when the rewrite does not hold exactly the new numbers."""
-    from zcp.benchmarks.references.gsm8k import _rewrite_question, extract_quantities
+    from zcp.benchmarks.references.gsm8k import extract_quantities
+    from zcp.benchmarks.references.gsm8k.rewrite import _rewrite_question
 
     question = _rewrite_question(an, dict(new))
     changed = {an.variables[vi].value: v for vi, v in new.items()}
@@ -596,7 +597,8 @@ def _gsm8k_var(an: Any, text: str) -> int | None:
 
 
 def _validate_gsm8k(original: Item, trap: Item, an: Any) -> str:
-    from zcp.benchmarks.references.gsm8k import _analyse, extract_quantities
+    from zcp.benchmarks.references.gsm8k import extract_quantities
+    from zcp.benchmarks.references.gsm8k.program import _analyse
 
     if an is None:
         try:
