@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zcp.validate.real_originals import (
+from zcp.validate.calibration.real_originals import (
     RealOriginalsSettings,
     rate_cells,
     relabel_order,
@@ -85,7 +85,7 @@ def test_did_of_a_model_against_itself_never_rejects():
 @pytest.mark.parametrize("kind", ["wordproblem_pool", "arithmark"])
 def test_pool_references_are_exact_and_exchangeable(kind):
     """The pools' references come from the registry's exact builders and pass the feature check."""
-    from zcp.validate.real_originals import PoolSpec, pool_items, pool_references
+    from zcp.validate.calibration.real_originals import PoolSpec, pool_items, pool_references
 
     spec = PoolSpec(kind=kind, n=120, n_per_stage=24, seed=1)
     items = pool_items(spec)
@@ -95,7 +95,7 @@ def test_pool_references_are_exact_and_exchangeable(kind):
 
 
 def test_subset_versions_skip_draws_that_are_other_subset_items_originals():
-    from zcp.validate.real_originals import subset_versions
+    from zcp.validate.calibration.real_originals import subset_versions
 
     # 3 items, 4 candidate draws each; item 0's first two draws are items 1's and 2's originals (codes 10, 20)
     V = np.arange(3 * 5, dtype=float).reshape(3, 5, 1)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp import ASSETS, REPO_ROOT
+from zcp.benchmarks.reserved import BENCHMARK_SEED, RESERVED_BENCHMARK_ITEMS, benchmark_pool  # noqa: F401 - re-exported
 from zcp.benchmarks.wordproblems import (
     FAMILIES,
     FINAL_ANSWER_PREFIX,
@@ -50,9 +51,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
-BENCHMARK_SEED = 9_173
-RESERVED_BENCHMARK_ITEMS = 300
-
 
 def base_model_path() -> Path:
     """Folder of the shipped base model (weights, config, tokenizer, RECIPE.md, recipe.json)."""
@@ -68,17 +66,6 @@ def load_base_model(path: str | Path | None = None) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     model.eval()
     return model, tok
-
-
-def benchmark_pool(n: int, families: Sequence[str] | None = None, id_prefix: str = "bench") -> list[Item]:
-    """`n` word problems guaranteed absent from the base model's pretraining corpus (a prefix of the reserved pool).
-
-    Only the default families are reserved; `families` must be None (all of them) for the guarantee.
-    """
-    if n > RESERVED_BENCHMARK_ITEMS or families is not None:
-        raise ValueError(f"the reserved pool holds {RESERVED_BENCHMARK_ITEMS} items over the default families; "
-                         f"asked for n={n}, families={families}")
-    return generate_word_problems(n, seed=BENCHMARK_SEED, id_prefix=id_prefix)
 
 
 # ----------------------------------------------------------------------------------------- tokenizer

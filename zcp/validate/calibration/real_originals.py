@@ -17,7 +17,7 @@ observed rate with its Clopper-Pearson 95% CI (nominal: the subsets are dependen
 percentile, and the share of null pools at or above the observed rate (small = the real originals are rejected more
 often than exchangeable ones would be).
 
-The tests are the library's within-item permutation tests vectorised over subsets (`zcp.validate.calibration`): exact for
+The tests are the library's within-item permutation tests vectorised over subsets (`zcp.validate.calibration.tests`): exact for
 acc/con, Monte Carlo with B relabellings for p_first/p_all (a replicate stops drawing once its p must exceed alpha:
 the decisions at alpha are those of the full B). Difference-in-differences (a fine-tune against its base, the
 simulation's second verdict and run_detect's `base_model.path`) is measured the same way for every model paired
@@ -39,6 +39,15 @@ import numpy as np
 
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
+from zcp.validate.calibration.tests import (
+    bonferroni,
+    cell_rng,
+    kind_of,
+    permutation_mc,
+    permutation_pvalues,
+    rate_ci,
+    rejects,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +99,7 @@ class RealOriginalsSettings:
 def pool_items(spec: PoolSpec) -> list[Item]:
     """The items of a pool spec."""
     if spec.kind == "wordproblem_pool":
-        from zcp.simulate.base_model import benchmark_pool
+        from zcp.benchmarks.reserved import benchmark_pool
 
         return benchmark_pool(int(spec.n))
     if spec.kind == "arithmark":
@@ -143,7 +152,7 @@ def score_pool(model_path: str, model_name: str, pool_name: str, items: list[Ite
                metrics: Sequence[str], s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Mapping[str, Any],
                progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Probe originals and references once (resumable records under records_root; the same probe as run_detect)."""
-    from zcp.config import build_backend
+    from zcp.backends.registry import build_backend
     from zcp.core.io import model_fingerprint
     from zcp.probe.detect import DetectDataset, DetectSettings, collect_records, probe_config
 
@@ -205,8 +214,6 @@ def version_keys(ids: Sequence[str], items: Sequence[Item], refs: Mapping[str, S
 
 def _pvalues(metric: str, orig: np.ndarray, ref: np.ndarray, B: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
     """Within-item permutation p per replicate row: orig (R, n), ref (R, n, m)."""
-    from zcp.validate.calibration import kind_of, permutation_pvalues
-
     p, _ = permutation_pvalues(kind_of(metric), orig, ref, B, rng, (alpha,), stop_above=alpha)
     return p
 
@@ -253,8 +260,6 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
 
     `label` (n,): which version plays the original per item (None: version 0, the real original); `keys`/`m`:
     per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a draw)."""
-    from zcp.validate.calibration import bonferroni, rejects
-
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
     X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
@@ -272,8 +277,6 @@ def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks:
                    m: int | None = None) -> dict[str, np.ndarray]:
     """Rejections of the DiD test (sign-flip permutation of the per-item gap difference, the simulation's and
     run_detect's test) per metric and combined, for a model V and its base Vb on the same items and versions."""
-    from zcp.validate.calibration import bonferroni, permutation_mc, rejects
-
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
     X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
@@ -295,8 +298,6 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
 
     V (n, M + 1, k): every item's original and M candidate draws; each subset tests m = `s.m` of them per item
     (`subset_versions`). A null pool relabels a uniformly drawn version of each item as its original."""
-    from zcp.validate.calibration import _cell_rng, rate_ci
-
     n = V.shape[0]
     if keys is None:
         keys = np.arange(n * V.shape[1]).reshape(V.shape[:2])
@@ -304,7 +305,7 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
     rows = []
     for N in sizes:
         N_eff = min(int(N), n)
-        rng = _cell_rng(seed, "real-originals", desc, N_eff)
+        rng = cell_rng(seed, "real-originals", desc, N_eff)
         picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
         short = subset_versions(V, keys, picks, m)[2]
 
