@@ -423,7 +423,7 @@ def _compose(*overrides):
 
 
 def test_readme_commands_per_released_layout(tmp_path):
-    """The README's overrides for each released layout, through a real Hydra compose and load_datasets."""
+    """docs/benchmarks.md's overrides for each released layout, through a real Hydra compose and load_datasets."""
     # bare (Omni-MATH dataset_c/u) with a reference from evaluate/run_build_data.py (zcp items, original_id)
     omni = load_items(OMNI, "zcp_release", on_invalid="skip")
     save_items(tmp_path / "omni_ref.jsonl", [Item(f"{it.id}::ref0", it.question + " (v2)", "1", metadata={"original_id": it.id})

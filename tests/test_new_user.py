@@ -1,12 +1,12 @@
-"""A new user's own model on GSM8K, through the README's commands as written (issue 18's done-when).
+"""A new user's own model on GSM8K, through the user guides' commands as written (issue 18's done-when).
 
 The model is one the project does not ship: a 2-layer GPT-2 (transformers GPT2LMHeadModel, tiny sizes, 512
 positions) with its own byte-level BPE tokenizer and its own chat template, saved to a folder. On the first
-24 rows of the shared GSM8K test file, the README's `run_build_data.py` command builds the reference set and
+24 rows of the shared GSM8K test file, docs/benchmarks.md's `run_build_data.py` command builds the reference set and
 its GSM8K `run_detect.py` command runs detection to a verdict in summary.json. The commands are read from
-README.md itself; only paths (model, data slice, output dirs) and sizes (the full-CoT budget the README tells a
+the guides themselves; only paths (model, data slice, output dirs) and sizes (the full-CoT budget docs/detect.md tells a
 512-position model to lower, the Monte Carlo B) are substituted. The simulation (run_contaminate with the
-README's smallest settings, `stages=[contaminate,detect]`) runs on the same slice and model.
+docs/simulate.md's smallest settings, `stages=[contaminate,detect]`) runs on the same slice and model.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+# the guides holding the commands (moved from README.md, issue 19): build_data and detect, then the simulation
+GUIDES = "\n".join((REPO / "docs" / name).read_text() for name in ("benchmarks.md", "simulate.md"))
 N_ROWS = 24
 TEMPLATE = ("{% for m in messages %}### {{ m['role'] | upper }}:\n{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}### ASSISTANT:\n{% endif %}")
-SIZES = ["probe.full_cot_max_tokens=24", "stats.bootstrap_samples=500"]  # README: lower it on a 512-position model
+SIZES = ["probe.full_cot_max_tokens=24", "stats.bootstrap_samples=500"]  # docs/detect.md: lower it on a 512-position model
 
 
 def readme_command(script: str, *must: str) -> list[str]:
-    """The overrides of the README's first `python <script>` (or `.venv/bin/python <script>`) command holding
+    """The overrides of the guides' first `python <script>` (or `.venv/bin/python <script>`) command holding
     every string of `must` (continuation lines joined), as the shell would split them."""
-    lines = README.splitlines()
+    lines = GUIDES.splitlines()
     for k, line in enumerate(lines):
         if not re.match(rf"\s*(\.venv/bin/)?python {re.escape(script)}", line):
             continue
@@ -41,7 +42,7 @@ def readme_command(script: str, *must: str) -> list[str]:
         text = text[text.index(script) + len(script):].split("#")[0]
         if all(m in text for m in must):
             return shlex.split(text)
-    raise AssertionError(f"README.md has no {script} command with {must}")
+    raise AssertionError(f"docs/benchmarks.md and docs/simulate.md have no {script} command with {must}")
 
 
 def _compose(name: str, overrides: list[str]):
@@ -51,7 +52,7 @@ def _compose(name: str, overrides: list[str]):
 
 @pytest.fixture(scope="module")
 def user(tmp_path_factory, shared_data):
-    """The user's model folder and GSM8K slice, and the README's run_build_data command run on the slice."""
+    """The user's model folder and GSM8K slice, and the guide's run_build_data command run on the slice."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -70,7 +71,7 @@ def user(tmp_path_factory, shared_data):
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
-    build = readme_command("evaluate/run_build_data.py", "data=gsm8k", "paraphrase.k=6")  # "Building benchmarks"
+    build = readme_command("evaluate/run_build_data.py", "data=gsm8k", "paraphrase.k=6")  # docs/benchmarks.md
     build_data(_compose("build_data", [*build, f"data.path={root / 'gsm8k_slice.jsonl'}",
                                        f"output_dir={root / 'build'}"]))
     return root
@@ -123,7 +124,7 @@ def test_readme_detection_command_without_the_budget_names_what_fills_the_contex
 
 @pytest.mark.slow
 def test_readme_simulation_command_on_the_users_file_and_model(user):
-    """run_contaminate on the slice (benchmark.source=file) with the README's smallest settings, then detection."""
+    """run_contaminate on the slice (benchmark.source=file) with docs/simulate.md's smallest settings, then detection."""
     from zcp.simulate.pipeline import run_simulation
 
     smallest = readme_command("train/run_contaminate.py", "benchmark.source=file")
