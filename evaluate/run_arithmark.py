@@ -10,14 +10,14 @@ Outputs go to the Hydra run directory; rerunning with the same `hydra.run.dir` r
 import hydra
 from omegaconf import DictConfig
 
-from zcp.benchmarks.arithmark import run_arithmark
 from zcp.config import one_line_errors, validate
+from zcp.validate.arithmark_eval import run_arithmark
 
 
 @hydra.main(config_path="../conf", config_name="arithmark", version_base=None)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
-    """Hydra entry point: all logic lives in `zcp.benchmarks.arithmark.run_arithmark`."""
+    """Hydra entry point: all logic lives in `zcp.validate.arithmark_eval.run_arithmark`."""
     validate(cfg, job="arithmark")  # every key typed and in range before anything is read or loaded
     run_arithmark(cfg)
 

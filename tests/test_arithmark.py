@@ -19,21 +19,22 @@ from hypothesis import strategies as st
 from zcp.backends.base import ScoreResult
 from zcp.benchmarks.arithmark import (
     arithmark_to_item,
-    evaluate_arithmark,
     evaluate_expression,
-    format_arithmark_table,
     generate_arithmark,
     load_arithmark,
     make_record,
-    perturb_arithmark,
-    run_arithmark,
-    special_case_reasons,
-    summarize_arithmark,
     validate_record,
 )
+from zcp.benchmarks.references.arithmark_matched import perturb_arithmark, special_case_reasons
 from zcp.core.io import read_jsonl, write_jsonl
 from zcp.core.items import Item
 from zcp.errors import DataError
+from zcp.validate.arithmark_eval import (
+    evaluate_arithmark,
+    format_arithmark_table,
+    run_arithmark,
+    summarize_arithmark,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_KEYS = ["id", "stage", "n_operands", "expression", "options", "answer_index", "answer"]
@@ -312,7 +313,7 @@ def test_perturbation_keeps_which_operands_the_answer_starts_like():
 
 
 def test_perturbation_structure_on_the_benchmark(records):
-    from zcp.benchmarks.arithmark import _structure
+    from zcp.benchmarks.references.arithmark_matched import _structure
     from zcp.benchmarks.references.matching import lost_names
 
     lost = []

@@ -466,7 +466,7 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
 
     from zcp.backends.base import ScoreRequest
     from zcp.backends.hf import HFBackend
-    from zcp.benchmarks.wordproblems import perturb_word_problem
+    from zcp.benchmarks.references.wordproblem_matched import perturb_word_problem
     from zcp.core.io import read_jsonl
     from zcp.probe.prompts import ProbeConfig, zero_cot_prompt
     from zcp.simulate.base_model import base_model_path

@@ -15,6 +15,13 @@ from zcp.benchmarks.references.matching import (
     leading_digit,
     snap_roundness,
 )
+from zcp.benchmarks.references.wordproblem_matched import (
+    _scan,
+    _setup,
+    _structure,
+    perturb_word_problem,
+    special_case_reasons,
+)
 from zcp.benchmarks.wordproblems import (
     DEFAULT_FAMILIES,
     FAMILIES,
@@ -22,18 +29,13 @@ from zcp.benchmarks.wordproblems import (
     NumberRanges,
     _make_item,
     _run,
-    _scan,
-    _setup,
     _step_index,
-    _structure,
     execute,
     generate_word_problems,
-    perturb_word_problem,
     render_solution,
     reword_word_problem,
     sample_word_problem,
     signature,
-    special_case_reasons,
 )
 from zcp.core.items import Item
 

@@ -8,17 +8,19 @@ has three distractors (answer + offset, |offset| in [0.5, 15.0], random sign): a
 two integer distractors and one float, a float answer two floats and one integer. Arithmetic is done
 with exact fractions so rounding never depends on binary floating point (0.1 + 0.2 != 0.3).
 
-Also here: the isomorphic reference perturbation used by ZCP (`perturb_arithmark`), the conversion to
-the shared `Item` schema, the evaluation through the `Backend` interface and the Hydra run function; and
-a grouped grammar (`parse_grouped`, `evaluate_grouped`: parentheses evaluated first, left to right inside)
+Also here: the record schema's validation (`validate_record`, `load_arithmark`), the conversion to the shared
+`Item` schema, and a grouped grammar (`parse_grouped`, `evaluate_grouped`: parentheses evaluated first, left to right inside)
 that reads the formula variants of `zcp.benchmarks.paraphrase.formula` (`load_arithmark(..., allow_groups=True)`);
 the spec's flat expressions keep their parse and value under it.
+
+Elsewhere: the matched reference perturbation (`perturb_arithmark`, `special_case_reasons`) in
+`zcp.benchmarks.references.arithmark_matched`, the exact law's references in `zcp.benchmarks.references.exact`,
+and the evaluation through a `Backend` with its Hydra job (`evaluate_arithmark`, `run_arithmark`) in
+`zcp.validate.arithmark_eval`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import random
 import re
@@ -28,19 +30,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from zcp.backends.base import Backend, Prompt, ScoreRequest
-from zcp.benchmarks.references.matching import (
-    ANSWER_SPREAD,
-    Structure,
-    answer_bin,
-    answer_digits,
-    draw_targets,
-    fallback_bins,
-    keeps_roundness,
-    near_log,
-    snap_roundness,
-    value_classes,
-)
 from zcp.core.items import Item
 from zcp.errors import DataError
 
@@ -53,7 +42,6 @@ N_OPTIONS = 4
 CHANCE = 1 / N_OPTIONS
 RECORD_KEYS: tuple[str, ...] = ("id", "stage", "n_operands", "expression", "options", "answer_index", "answer")
 
-log = logging.getLogger(__name__)
 _SCALE = 10**DECIMALS
 _MAX_DRAWS = 10_000
 _TOKEN_RE = re.compile(r"-?\d+|[-+*/]")
@@ -425,219 +413,7 @@ def load_arithmark(path: str | Path, *, allow_groups: bool = False) -> list[dict
     return records
 
 
-# ------------------------------------------------------------------------------------------- reference
-
-
-def _near_operand(b: int, spread: float, lean: int, rng: random.Random, keep_round: bool = False) -> int:
-    """A different operand of the same sign near b: |b| times a log-uniform factor in [1/spread, spread]
-    (above 1 half the time; 3 times in 4 when `lean` is +1, 1 in 4 when -1), within the spec's
-    [1, 20] magnitudes; with `keep_round`, as round as b at its new size (10 <-> 20, 7 never 10:
-    `keeps_roundness`). 0 stays 0; b itself when 20 tries find nothing."""
-    if b == 0:
-        return 0
-    mag = abs(b)
-    for _ in range(20):
-        y = near_log(mag, spread, lean, rng)
-        x = snap_roundness(mag, y) if keep_round else math.floor(y + 0.5)
-        if x != mag and 1 <= x <= OPERAND_MAX and (not keep_round or keeps_roundness(mag, x)):
-            return int(math.copysign(x, b))
-    return b
-
-
-def _matched_operand(b: int, rng: random.Random) -> int:
-    """A different operand with the same sign and digit count (0 has no alternative and stays 0)."""
-    if b == 0:
-        return 0
-    mag = abs(b)
-    lo, hi = (1, 9) if mag < 10 else (10, OPERAND_MAX)
-    choices = [m for m in range(lo, hi + 1) if m != mag]
-    return int(math.copysign(rng.choice(choices), b))
-
-
-def _relaxed_operand(b: int, rng: random.Random) -> int:
-    """Like `_matched_operand`, but a 0 becomes any operand in range."""
-    return rng.randint(OPERAND_MIN, OPERAND_MAX) if b == 0 else _matched_operand(b, rng)
-
-
-def _uniform_operand(b: int, rng: random.Random) -> int:
-    return rng.randint(OPERAND_MIN, OPERAND_MAX)
-
-
-def _leanings(operands: Sequence[int], operators: Sequence[str]) -> list[int]:
-    """+1 where a larger |operand| gives a larger |answer| (at the original operands), -1 where smaller."""
-    try:
-        base = abs(evaluate_exact(operands, operators))
-    except ZeroDivisionError:  # pragma: no cover - records never divide by zero
-        return [0] * len(operands)
-    out = []
-    for i in range(len(operands)):
-        moved = [Fraction(b) * (Fraction(1001, 1000) if k == i else 1) for k, b in enumerate(operands)]
-        try:
-            d = abs(evaluate_exact(moved, operators)) - base
-        except ZeroDivisionError:
-            d = 0
-        out.append((d > 0) - (d < 0))
-    return out
-
-
-def _structure(operands: Sequence[int], operators: Sequence[str]) -> Structure:
-    """A record's `Structure`: equal operand magnitudes (x - x, x / -x), an answer equal to an operand,
-    which operands the answer starts like (its leading digit), the operands' roundness and the
-    answer's form (whole and as round, or as many decimals).
-
-    Intermediates are not matched: a left-to-right chain of up to 5 steps over [-20, 20] has many
-    chance coincidences, and matching them would narrow the draws to a few references."""
-    answer = round_result(evaluate_exact(operands, operators))
-    mags = tuple(abs(int(b)) for b in operands)
-    return Structure((*(Fraction(m) for m in mags), abs(answer)), mags, answer)
-
-
-def _classes(operands: Sequence[int]) -> list[list[int]]:
-    """Positions of the nonzero operands grouped by magnitude (7 and -7 move together; 0 stays 0)."""
-    return [c for c in value_classes([abs(b) for b in operands]) if operands[c[0]] != 0]
-
-
-def _fixing_classes(operands: Sequence[int], operators: Sequence[str]) -> list[list[int]]:
-    """Classes of equal magnitudes that fix the answer (7 - 7 = 0, 5 / -5 = -1 whatever the 7 or 5)."""
-    answer = evaluate_exact(operands, operators)
-    out = []
-    for cls in _classes(operands):
-        if len(cls) < 2:
-            continue
-        fixed = True
-        for factor in (Fraction(7, 3), Fraction(11, 5), Fraction(13, 2)):
-            moved = [Fraction(b) * (factor if i in cls else 1) for i, b in enumerate(operands)]
-            try:
-                fixed &= evaluate_exact(moved, operators) == answer
-            except ZeroDivisionError:  # pragma: no cover - scaling a nonzero divisor keeps it nonzero
-                fixed = False
-        if fixed:
-            out.append(cls)
-    return out
-
-
-def special_case_reasons(record: Mapping[str, Any] | Item) -> list[str]:
-    """Why a record is inherently not exchangeable with its references (see `perturb_arithmark`): an
-    answer of 0 or +-1 (the reference must change its answer, and these are special values), or equal
-    operands that fix the answer (7 - 7, 5 / -5), which the reference must then draw apart. [] for
-    most records. Rule-based (the expression space is too large to scan): a record's references may
-    lose other parts of its structure too; each reference's draw prefers the most it can keep."""
-    rec = record.metadata if isinstance(record, Item) else record
-    operands, operators = parse_expression(str(rec["expression"]))
-    answer = round_result(evaluate_exact(operands, operators))
-    reasons = []
-    if abs(answer) in (0, 1):
-        reasons.append(f"answer {_to_number(answer)}: a special value no reference keeps (its answer must differ)")
-    for cls in _fixing_classes(operands, operators):
-        reasons.append(f"operands {', '.join(str(operands[i]) for i in cls)} (equal magnitudes) fix the answer "
-                       f"at {_to_number(answer)}: no reference keeps them equal")
-    return reasons
-
-
-# Operand spreads tried in order while the answer must keep its sign and number of digits and stay
-# within a factor 3 (DESIGN: "same order of magnitude, same sign"); then, for the rare expression no
-# such draw exists for (e.g. "... * 0"), the old levels that only require a changed answer.
-_NEAR_SPREADS = (2.0, 3.0, 20.0)
-# From this spread on, a draw of the right size wins over a wider one that keeps more of the structure.
-_SIZE_FIRST = 3.0
-# ... and that spread draws up to this many times `max_draws` while no draw keeps the structure.
-_STRUCTURE_PATIENCE = 5
-_PERTURBATION_LEVELS = (_matched_operand, _relaxed_operand, _uniform_operand)
-
-
-def perturb_arithmark(record: Mapping[str, Any], seed: int, *, max_draws: int = 200) -> dict[str, Any]:
-    """Isomorphic reference record: same stage and operators, new operands, recomputed answer and options.
-
-    Every nonzero operand changes by a log-symmetric factor (as likely down as up; up to 2, then 3,
-    then anywhere in the spec's [-20, 20]) and keeps its sign; 0 stays 0. The new answer differs from
-    the original, keeps its sign and number of digits (whole part) and stays within a factor 3 of it.
-    Difficulty matching as for GSM8K (`zcp.benchmarks.references.matching.draw_targets`): the draw aims at a bin of
-    the answer's change drawn in the proportions a symmetric log-step within the answer's digit range
-    gives, so references are as often larger as smaller; a bin no draw reaches gives way to the
-    nearest one reached.
-
-    Structure matching (`zcp.benchmarks.references.matching`, `_structure`): operands of equal magnitude (7 and
-    -7) get one new magnitude, an answer equal to an operand's magnitude stays so and no new equality
-    appears; the answer starts with the digit of the same operands as before and of no other
-    (3 * 12 + 4 = 40 starts like 4 -> 4 * 18 + 8 = 80); 10 and 20 stay round (10 <-> 20) and other
-    operands stay off 10 and 20; a whole answer stays whole and as round (30 -> 60, not 29) and does
-    not become 0 or +-1, a fraction keeps its decimal places (2.5 -> 3.5, not 3.25). The draws look
-    for all of it the record allows (an answer of 0 or +-1, or equal operands that fix the answer,
-    can't be kept: `special_case_reasons`) within a factor 2, then 3; failing that, they take the
-    draw within a factor 3 that keeps the most (equalities, then the leading digit, then the answer's
-    form, then the operands' roundness): the operands' size comes first, and the spread-20 draws
-    come in only when nothing within a factor 3 is valid.
-
-    An expression with no draw of the right size falls back to operands of the same digit count,
-    then a zero that moves, then any operands, with only a changed answer required. No division is by
-    zero. The record gets `original_id` and id `<id>_ref<seed>`.
-    """
-    operands, operators = parse_expression(str(record["expression"]))
-    original = exact_value(evaluate_expression(operands, operators))
-    rng = random.Random(f"arithmark-ref:{seed}:{record['id']}")
-    target = draw_targets(original, 1, rng)[0]
-    leanings = _leanings(operands, operators)
-    direction = (target > 0) - (target < 0)
-    st_old = _structure(operands, operators)
-    classes = _classes(operands)
-    class_lean = [(s > 0) - (s < 0) for s in (sum(leanings[i] for i in c) for c in classes)]
-    # what no draw can keep: the equalities when they fix the answer, the form of an answer of 0 or +-1
-    expected = (int(bool(_fixing_classes(operands, operators))), 0, int(abs(original) in (0, 1)), 0)
-
-    def finish(new: list[int]) -> dict[str, Any]:
-        out = make_record(f"{record['id']}_ref{seed}", int(record["stage"]), new, operators, rng)
-        out["original_id"] = record["id"]
-        return out
-
-    found: dict[tuple[tuple[int, ...], int], list[int]] = {}
-    for spread in _NEAR_SPREADS:
-        # the last spread within the size limit looks longer for the structure (a round answer, ...)
-        for t in range(max_draws * (_STRUCTURE_PATIENCE if spread == _SIZE_FIRST else 1)):
-            mode = t % 4  # 0, 1: equal magnitudes as one, roundness kept; 2: any last digit; 3: operands apart
-            if mode < 3:
-                new = list(operands)
-                for cls, lean in zip(classes, class_lean, strict=True):
-                    mag = abs(_near_operand(abs(operands[cls[0]]), spread, direction * lean, rng, keep_round=mode < 2))
-                    for i in cls:
-                        new[i] = int(math.copysign(mag, operands[i]))
-            else:
-                new = [_near_operand(b, spread, direction * lean, rng) for b, lean in zip(operands, leanings, strict=True)]
-            if any(n == b != 0 for n, b in zip(new, operands, strict=True)) or \
-                    any(op == "/" and b == 0 for op, b in zip(operators, new[1:], strict=True)):
-                continue
-            value = exact_value(evaluate_expression(new, operators))
-            if value == original or answer_digits(value) != answer_digits(original):
-                continue
-            if original != 0 and ((value > 0) != (original > 0) or (value < 0) != (original < 0)
-                                  or not abs(original) / ANSWER_SPREAD <= abs(value) <= abs(original) * ANSWER_SPREAD):
-                continue
-            cost = st_old.mismatch(_structure(new, operators))
-            found.setdefault((cost, answer_bin(original, value)), new)
-            if (expected, target) in found or (t >= max_draws and any(c <= expected for c, _ in found)):
-                break
-        top = min((c for c, _ in found), default=None)
-        if top is not None and (top <= expected or spread >= _SIZE_FIRST):
-            got = next(b for b in fallback_bins(target) if (top, b) in found)
-            return finish(found[(top, got)])
-    for draw_operand in _PERTURBATION_LEVELS:
-        for _ in range(max_draws):
-            new = [draw_operand(b, rng) for b in operands]
-            if any(op == "/" and b == 0 for op, b in zip(operators, new[1:], strict=True)):
-                continue
-            if exact_value(evaluate_expression(new, operators)) == original:
-                continue
-            return finish(new)
-    raise ValueError(f"no perturbation of {record['id']} changes its answer")  # pragma: no cover
-
-
-# --------------------------------------------------------------------------------------- item, scoring
-
-
-def record_hash(record: Mapping[str, Any]) -> str:
-    """Stable short hash of a record's content (ties predictions to the exact record they scored)."""
-    from zcp.core.io import stable_hash
-
-    return stable_hash(json.dumps(dict(record), sort_keys=True))
+# -------------------------------------------------------------------------------------------------- item
 
 
 def arithmark_question(record: Mapping[str, Any]) -> str:
@@ -650,131 +426,3 @@ def arithmark_to_item(record: Mapping[str, Any]) -> Item:
     return Item(id=str(record["id"]), question=arithmark_question(record),
                 answer=format_number(record["answer"]), solution=None,
                 metadata={"source": "arithmark", **dict(record)})
-
-
-def score_arithmark(backend: Backend, records: Sequence[Mapping[str, Any]],
-                    batch_size: int = 64) -> list[dict[str, Any]]:
-    """Per-record predictions: the option with the highest mean token log-likelihood wins (ties: first)."""
-    # The options are NOT listed in the prompt: the spec scores each option as the continuation of
-    # "EXPR =" ("log-likelihood over ending tokens", the cloze form of lm-eval-harness). Listing A-D
-    # would turn the natural continuation into a letter and let the model copy a listed number instead
-    # of computing, so the numbers would no longer be comparable to the spec's table.
-    if batch_size < 1:
-        raise ValueError("batch_size must be >= 1")
-    requests = [
-        ScoreRequest(Prompt(user=arithmark_question(r), chat=False), " " + format_number(o))
-        for r in records for o in r["options"]
-    ]
-    results = []
-    for start in range(0, len(requests), batch_size):
-        chunk = requests[start:start + batch_size]
-        out = backend.score(chunk)
-        if len(out) != len(chunk):
-            raise RuntimeError(f"backend returned {len(out)} scores for {len(chunk)} requests")
-        results.extend(out)
-    rows = []
-    for i, r in enumerate(records):
-        scores = []
-        for res in results[N_OPTIONS * i:N_OPTIONS * (i + 1)]:
-            if res.n_tokens == 0:
-                raise RuntimeError(f"backend scored an option of {r['id']} with no tokens")
-            scores.append(sum(res.token_logprobs) / res.n_tokens)  # length-normalised
-        pred = max(range(N_OPTIONS), key=lambda j: (scores[j], -j))
-        rows.append({"id": r["id"], "record_hash": record_hash(r), "stage": int(r["stage"]),
-                     "expression": r["expression"], "pred_index": pred,
-                     "answer_index": int(r["answer_index"]), "correct": pred == int(r["answer_index"]),
-                     "option_scores": scores})
-    return rows
-
-
-def summarize_arithmark(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per-stage accuracy, their unweighted mean (the spec's Avg), n per stage and chance (0.25)."""
-    per_stage: dict[int, list[bool]] = {}
-    for row in rows:
-        per_stage.setdefault(int(row["stage"]), []).append(bool(row["correct"]))
-    accuracy = {s: sum(v) / len(v) for s, v in sorted(per_stage.items())}
-    return {
-        "per_stage": accuracy,
-        "n_per_stage": {s: len(v) for s, v in sorted(per_stage.items())},
-        "average": sum(accuracy.values()) / len(accuracy) if accuracy else float("nan"),
-        "n": len(rows),
-        "chance": CHANCE,
-    }
-
-
-def evaluate_arithmark(backend: Backend, records: Sequence[Mapping[str, Any]],
-                       batch_size: int = 64) -> dict[str, Any]:
-    """Log-likelihood multiple-choice evaluation: summary (see `summarize_arithmark`) plus per-item `items`."""
-    rows = score_arithmark(backend, records, batch_size=batch_size)
-    return {**summarize_arithmark(rows), "items": rows}
-
-
-def format_arithmark_table(results: Mapping[str, Any], model_name: str) -> str:
-    """Markdown table shaped like the spec's (Stage 1..5, Avg, in percent)."""
-    acc = {int(k): v for k, v in results["per_stage"].items()}
-    cells = [f"{100 * acc[s]:.2f}%" if s in acc else "–" for s in STAGES]
-    header = "| Model | " + " | ".join(f"Stage {s}" for s in STAGES) + " | Avg |"
-    sep = "|" + "---|" * (len(STAGES) + 2)
-    return "\n".join([header, sep, f"| {model_name} | " + " | ".join(cells) + f" | {100 * results['average']:.2f}% |"])
-
-
-# ---------------------------------------------------------------------------------------------- runner
-
-
-def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dict[str, Any]:
-    """Hydra job: build (or load) ArithMark, write it, and evaluate a model if `model.path` (or `backend`) is set.
-
-    Writes to `cfg.output_dir`: arithmark.jsonl; with a model also predictions.jsonl (appended as
-    records finish, skipped on restart), summary.json and table.md. Returns the summary (or counts).
-    """
-    from omegaconf import OmegaConf
-    from tqdm import tqdm
-
-    from zcp.core.io import append_jsonl, read_jsonl, seed_everything, sha256_file, write_jsonl
-    from zcp.core.tracking import Tracker
-
-    c = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    out = Path(c["output_dir"])
-    out.mkdir(parents=True, exist_ok=True)
-    if c.get("data_path"):
-        records = load_arithmark(c["data_path"])
-    else:
-        records = generate_arithmark(int(c["n_per_stage"]), int(c["seed"]), tuple(c["stages"]))
-    data_file = out / "arithmark.jsonl"
-    write_jsonl(data_file, records)
-    summary: dict[str, Any] = {"n_records": len(records), "data_file": str(data_file),
-                               "data_sha256": sha256_file(data_file), "seed": c["seed"]}
-    model = c.get("model") or {}
-    if backend is None and model.get("path"):
-        from zcp.config import build_backend  # lazy: torch/transformers only when a model is evaluated
-
-        seed_everything(int(c["seed"]))  # generation has its own seeded streams; this covers the model
-        backend = build_backend(model)
-    with Tracker(c.get("logger"), run_config=c, run_dir=str(out), job_type="arithmark") as tracker:
-        if backend is None:
-            tracker.summary(summary)
-            (out / "summary.json").write_text(json.dumps(summary, indent=2))
-            return summary
-        pred_file = out / "predictions.jsonl"
-        previous = read_jsonl(pred_file, tolerate_partial_last_line=True) if pred_file.exists() else []
-        hashes = {r["id"]: record_hash(r) for r in records}
-        # resume: keep a finished row only if it was scored on this very record (same id and content)
-        done = {r["id"]: r for r in previous if hashes.get(r["id"]) == r.get("record_hash")}
-        write_jsonl(pred_file, [done[r["id"]] for r in records if r["id"] in done])  # drop stale/partial rows
-        todo = [r for r in records if r["id"] not in done]
-        chunk = max(1, int(c.get("chunk_size", 256)))
-        for start in tqdm(range(0, len(todo), chunk), desc="arithmark", unit="chunk"):
-            rows = score_arithmark(backend, todo[start:start + chunk], batch_size=N_OPTIONS * chunk)
-            append_jsonl(pred_file, rows)
-            done.update((r["id"], r) for r in rows)
-        result = summarize_arithmark([done[r["id"]] for r in records])
-        name = model.get("name") or (Path(model["path"]).name if model.get("path") else backend.name)
-        table = format_arithmark_table(result, name)
-        summary.update(result, model=name)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        (out / "table.md").write_text(table + "\n")
-        tracker.summary({f"acc/stage_{s}": a for s, a in result["per_stage"].items()} | {"acc/avg": result["average"]})
-        tracker.table("arithmark/accuracy", [{"stage": s, "accuracy": a, "n": result["n_per_stage"][s]}
-                                             for s, a in result["per_stage"].items()])
-        log.info("ArithMark results\n%s", table)
-        return summary

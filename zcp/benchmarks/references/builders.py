@@ -5,8 +5,9 @@
 - ``wordproblem`` (exact): fresh values from the generator's law (`zcp.benchmarks.references.exact.ExactWordProblems`);
 - ``llm`` (model): a generator model proposes, judges solve (`zcp.benchmarks.references.llm_pipeline`); anything else;
 - ``wordproblem_matched``, ``arithmark_matched`` (matched, never chosen by auto): the near perturbations that keep
-  the original's numbers' size and structure (`perturb_word_problem`, `perturb_arithmark`), for hand-made items
-  that are not draws of a generator, and for comparison with the exact law.
+  the original's numbers' size and structure (`zcp.benchmarks.references.wordproblem_matched`,
+  `zcp.benchmarks.references.arithmark_matched`), for hand-made items that are not draws of a generator, and
+  for comparison with the exact law.
 
 Matched builders apply `BuildContext.special_cases` to items no valid reference can match (the generators'
 `special_case_reasons`): ``drop`` leaves the item out with the reasons (its verdict would compare a special
@@ -100,26 +101,27 @@ class _PerDrawMatched:
 
 
 def _perturb_wp(item: Item, seed: int) -> Item:
-    from zcp.benchmarks.wordproblems import perturb_word_problem
+    from zcp.benchmarks.references.wordproblem_matched import perturb_word_problem
 
     return perturb_word_problem(item, seed)
 
 
 def _reasons_wp(item: Item) -> list[str]:
-    from zcp.benchmarks.wordproblems import special_case_reasons
+    from zcp.benchmarks.references.wordproblem_matched import special_case_reasons
 
     return special_case_reasons(item)
 
 
 def _perturb_am(item: Item, seed: int) -> Item:
-    from zcp.benchmarks.arithmark import arithmark_to_item, perturb_arithmark
+    from zcp.benchmarks.arithmark import arithmark_to_item
+    from zcp.benchmarks.references.arithmark_matched import perturb_arithmark
 
     record = {k: v for k, v in item.metadata.items() if k not in ("source", "source_file", "row")}
     return arithmark_to_item(perturb_arithmark(record, seed))
 
 
 def _reasons_am(item: Item) -> list[str]:
-    from zcp.benchmarks.arithmark import special_case_reasons
+    from zcp.benchmarks.references.arithmark_matched import special_case_reasons
 
     return special_case_reasons(item)
 
