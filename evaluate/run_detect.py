@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
-from zcp.probe.detect import run_detect
+from zcp.probe.run import run_detect
 
 
 @hydra.main(config_path="../conf", config_name="detect", version_base=None)

@@ -82,7 +82,7 @@ def compare_runs(old: Path, new: Path) -> tuple[list[str], int]:
     if set(lo) != set(ln):
         diffs.append(f"detect runs: {sorted(lo)} vs {sorted(ln)}")
     for label in sorted(set(lo) & set(ln)):
-        for name in PER_DETECT + ["summary.json"]:
+        for name in [*PER_DETECT, "summary.json"]:
             n += 1
             diffs += compare_file(lo[label] / name, ln[label] / name, f"detect/{label}/{name}")
     return diffs, n
@@ -97,7 +97,7 @@ def main() -> int:
     args = ap.parse_args()
     diffs, n = compare_runs(args.old, args.new)
     if args.base_old and args.base_new:
-        for name in PER_DETECT + ["summary.json"]:
+        for name in [*PER_DETECT, "summary.json"]:
             n += 1
             diffs += compare_file(args.base_old / name, args.base_new / name, f"base-detect/{name}")
     for d in diffs:

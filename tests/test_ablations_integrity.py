@@ -2,7 +2,7 @@
 the run's detection is found one way everywhere (issue 18).
 
 Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
-them); the truncation ablation runs on the fake backend of tests/fakes.py (`zcp.config.build_backend` patched).
+them); the truncation ablation runs on the fake backend of tests/fakes.py (`zcp.backends.registry.build_backend` patched).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_the_r0_check_against_a_detection_cut_mid_line_is_skipped_with_the_reaso
     from zcp.validate.ablations import run_ablations
 
     overrides, fb = _truncation_inputs(tmp_path)
-    monkeypatch.setattr("zcp.config.build_backend", lambda *a, **k: fb)
+    monkeypatch.setattr("zcp.backends.registry.build_backend", lambda *a, **k: fb)
     rec = _detection(tmp_path / "det_cut", cut=30, partial_line=True)
     s = run_ablations(_compose([*overrides, f"ablation.records={rec}", f"output_dir={tmp_path / 'out'}"]))
     check = s["truncation"]["r0_vs_detection"]
@@ -112,7 +112,7 @@ def test_the_ablations_own_results_are_written_before_the_optional_check(tmp_pat
     from zcp.validate.ablations import run_ablations
 
     overrides, fb = _truncation_inputs(tmp_path)
-    monkeypatch.setattr("zcp.config.build_backend", lambda *a, **k: fb)
+    monkeypatch.setattr("zcp.backends.registry.build_backend", lambda *a, **k: fb)
 
     def boom(*a, **k):
         raise RuntimeError("the optional comparison failed")

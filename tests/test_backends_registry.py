@@ -14,9 +14,9 @@ from omegaconf.errors import ConfigKeyError
 
 import zcp.config
 from zcp.backends.base import Prompt
-from zcp.backends.config import ModelConfig, model_config
 from zcp.backends.hf import HFBackend
 from zcp.benchmarks.loaders import save_items
+from zcp.config.model import ModelConfig, model_config
 from zcp.config.schemas import validate
 from zcp.core.items import Item
 from zcp.errors import ConfigError
@@ -79,7 +79,7 @@ def test_registry_picks_engine_and_config_delegates(monkeypatch):
 
     monkeypatch.setitem(registry._REGISTRY, "dummy", None)  # removed again after the test
     register_backend("dummy", builder)
-    b = zcp.config.build_backend({"backend": "dummy", "path": str(REPO / "zcp" / "assets" / "base_model"),
+    b = zcp.backends.registry.build_backend({"backend": "dummy", "path": str(REPO / "zcp" / "assets" / "base_model"),
                                   "chat_template_kwargs": {"enable_thinking": False}})
     assert b.name == "base_model" and built["cfg"].chat_template_kwargs == {"enable_thinking": False}
     assert b.fingerprint == 'w|{"chat_template_kwargs": {"enable_thinking": false}}'  # rendering is part of it
@@ -98,7 +98,7 @@ def test_vllm_backend_without_vllm_says_how_to_install():
     except ImportError:
         pass
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[vllm\]'"):
-        zcp.config.build_backend({"backend": "vllm", "path": str(REPO / "zcp" / "assets" / "base_model")})
+        zcp.backends.registry.build_backend({"backend": "vllm", "path": str(REPO / "zcp" / "assets" / "base_model")})
 
 
 def test_model_probe_settings_override_the_probe_group():
@@ -121,7 +121,7 @@ def test_chat_false_never_renders_the_template(tiny_model, tiny_tok):
 def test_enable_thinking_false_reaches_every_prompt_of_a_detection_run(tmp_path, monkeypatch):
     from zcp.backends.tokenized import TokenizedBackend
     from zcp.core.testing import tiny_llama, train_tokenizer
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     texts = [f"Ann has {i} pens and gets {i % 9 + 1} more. How many pens? The final answer is: \\[ \\boxed{{{i}}} \\]"
              for i in range(120)]

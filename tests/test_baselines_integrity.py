@@ -2,7 +2,7 @@
 
 Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
 them); the audited model is the shipped model's folder (its content fingerprint is what records are matched
-against), but no model is loaded: `zcp.config.build_backend` is patched to a fake (the zcp_* detectors never
+against), but no model is loaded: `zcp.backends.registry.build_backend` is patched to a fake (the zcp_* detectors never
 call the model; the likelihood ones get a text-scoring fake), or to raise where nothing may load.
 """
 
@@ -111,7 +111,7 @@ def fake_models(monkeypatch):
         made.append(b)
         return b
 
-    monkeypatch.setattr("zcp.config.build_backend", build)
+    monkeypatch.setattr("zcp.backends.registry.build_backend", build)
     return made
 
 
@@ -121,7 +121,7 @@ def no_models(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("zcp.config.build_backend", refuse)
+    monkeypatch.setattr("zcp.backends.registry.build_backend", refuse)
     monkeypatch.setattr("zcp.backends.registry.build_backend", refuse)
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
@@ -358,7 +358,7 @@ def test_a_model_that_fails_to_load_leaves_no_directory(tmp_path, monkeypatch):
     def broken(*a, **k):
         raise ConfigError("model.path=x: no weights there")
 
-    monkeypatch.setattr("zcp.config.build_backend", broken)
+    monkeypatch.setattr("zcp.backends.registry.build_backend", broken)
     out = tmp_path / "out"
     with pytest.raises(ConfigError, match="no weights"):
         _run([*_files(tmp_path, _items(4, "c"), _items(4, "u", "cups")), "detectors=[ppl]", f"output_dir={out}"])

@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeBackend
 from scipy import stats as sps
 
+import zcp.backends.registry
 import zcp.config
 from zcp.probe.stats import binary_null_law, bootstrap_pvalue, paired_test
 from zcp.validate import calibration as cal
@@ -202,7 +203,7 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     _items_file(tmp_path / "items.jsonl", items)
     _items_file(tmp_path / "ref.jsonl", refs)
     fake.memorised = {r["question"]: r["answer"] for r in (items + refs)[::3]}  # acc varies by version
-    monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: fake)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: fake)
     monkeypatch.chdir(tmp_path)
     model_dir = tmp_path / "fake_model"
     model_dir.mkdir()

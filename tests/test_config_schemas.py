@@ -18,7 +18,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import zcp.config  # (registers the typed groups and the ${zcp.asset:...} resolver)
-import zcp.validate.baselines  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
+import zcp.validate.baselines
+import zcp.validate.calibration  # noqa: F401  (registers the calibration job)
 from zcp.config.schemas import validate
 from zcp.errors import ConfigError
 
@@ -53,7 +54,6 @@ def no_models(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("a model was loaded before the config was checked")
 
-    monkeypatch.setattr(zcp.config, "build_backend", boom)
     monkeypatch.setattr(zcp.backends.registry, "build_backend", boom)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", boom)

@@ -174,7 +174,7 @@ def test_load_datasets_with_manifest_and_variants(tmp_path):
 
     from zcp.benchmarks.loaders import save_items
     from zcp.benchmarks.split import split_items
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     ds, _, _ = _dataset(n=10, m=2)
     save_items(tmp_path / "items.jsonl", ds.originals)
@@ -199,7 +199,7 @@ def test_missing_reference_error_or_skip(tmp_path):
 
     from zcp.benchmarks.loaders import save_items
     from zcp.errors import DataError
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     ds, _, _ = _dataset(n=4, m=1)
     save_items(tmp_path / "items.jsonl", ds.originals)

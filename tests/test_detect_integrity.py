@@ -25,7 +25,8 @@ from omegaconf import OmegaConf
 from zcp.benchmarks.loaders import save_items
 from zcp.core.items import Item
 from zcp.errors import DataError, RunDirError
-from zcp.probe.detect import DetectDataset, DetectSettings, detect, fit_context, load_datasets
+from zcp.probe.datasets import load_datasets
+from zcp.probe.detect import DetectDataset, DetectSettings, detect, fit_context
 from zcp.probe.prompts import ProbeConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,11 +102,12 @@ def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
     import zcp.backends.registry
     import zcp.config
     import zcp.probe.detect
+    import zcp.probe.run
 
     def never(*a, **k):
         raise AssertionError("a model was loaded before the data mistake was refused")
 
-    monkeypatch.setattr(zcp.config, "build_backend", never)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", never)
     monkeypatch.setattr(zcp.backends.registry, "build_backend", never)
     if not (tmp_path / "model" / "config.json").exists():
         backend = _hf(64)
@@ -114,7 +116,7 @@ def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose("detect", overrides=[f"model.path={tmp_path / 'model'}", "logger=none",
                                            f"output_dir={tmp_path / 'run'}", *overrides])
-    msg = _message(lambda: zcp.probe.detect.run_detect(cfg))
+    msg = _message(lambda: zcp.probe.run.run_detect(cfg))
     assert "\n" not in msg and not (tmp_path / "run").exists()
     return msg
 

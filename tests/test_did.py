@@ -193,7 +193,7 @@ def _lines(path: Path) -> int:
 
 
 def test_run_detect_with_a_base_model_writes_base_run_did_md_and_summary_did(world, tmp_path, capsys):
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     out = tmp_path / "run"
     summary = run_detect(_compose(world, f"output_dir={out}", f"base_model.path={world / 'base'}",
@@ -226,7 +226,7 @@ def test_run_detect_with_a_base_model_writes_base_run_did_md_and_summary_did(wor
 
 
 def test_base_that_is_the_audited_model_gives_exactly_no_did_and_resumes(world, tmp_path):
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     out = tmp_path / "run"
     cfg = _compose(world, f"output_dir={out}", f"base_model.path={world / 'model'}")
@@ -247,17 +247,19 @@ def test_base_that_is_the_audited_model_gives_exactly_no_did_and_resumes(world, 
     ("base_model.adapter=/nonexistent/lora", r"^base_model\.path=None: must be set when base_model\.adapter"),
 ])
 def test_bad_base_model_fails_in_one_line_before_anything_loads(world, tmp_path, monkeypatch, override, match):
+    import zcp.backends.registry
     import zcp.config
     import zcp.probe.detect
+    import zcp.probe.run
     from zcp.errors import ConfigError
 
     def never(*a: Any, **k: Any) -> None:
         raise AssertionError("loaded before the base model was checked")
 
-    monkeypatch.setattr(zcp.config, "build_backend", never)
-    monkeypatch.setattr(zcp.probe.detect, "load_datasets", never)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", never)
+    monkeypatch.setattr(zcp.probe.run, "load_datasets", never)
     with pytest.raises(ConfigError, match=match) as e:
-        zcp.probe.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", override))
+        zcp.probe.run.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", override))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
 
@@ -267,9 +269,9 @@ def test_base_adapter_path_is_checked(world, tmp_path, monkeypatch):
     import zcp.probe.detect
     from zcp.errors import ConfigError
 
-    monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: pytest.fail("loaded"))
     with pytest.raises(ConfigError, match=r"^base_model\.adapter=/nonexistent/lora: no such folder"):
-        zcp.probe.detect.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", f"base_model.path={world / 'base'}",
+        zcp.probe.run.run_detect(_compose(world, f"output_dir={tmp_path / 'run'}", f"base_model.path={world / 'base'}",
                                        "base_model.adapter=/nonexistent/lora"))
 
 

@@ -48,7 +48,7 @@ def _write(tmp_path: Path, name: str, items: list[Item], refs: list[Item] | None
 
 
 def test_duplicated_benchmark_is_refused_naming_the_ids(tmp_path):
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     items = _items(6)
     cfg = _write(tmp_path, "d", items + _copies(items[:3]))
@@ -67,7 +67,7 @@ def test_many_groups_are_summarised_with_their_count():
 
 
 def test_merge_counts_each_question_once_and_lists_the_dropped_rows(tmp_path):
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     items = _items(6)
     copies = _copies(items[:2])
@@ -104,7 +104,7 @@ def test_merge_under_sample_keeps_the_earliest_row(tmp_path):
 
 @pytest.mark.parametrize("policy", ["error", "merge"])
 def test_copies_with_different_gold_answers_fail_under_both_policies(tmp_path, policy):
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     items = _items(4)
     wrong = Item("b1", items[1].question, "99")
@@ -243,7 +243,7 @@ def test_baselines_inputs_refuse_a_question_in_both_c_and_u(tmp_path):
 
 
 def test_reference_answer_equal_to_the_original_is_warned_per_row(tmp_path, caplog):
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     items = _items(5)
     refs = _refs(items)
@@ -265,7 +265,7 @@ def test_reference_answer_equal_to_the_original_is_warned_per_row(tmp_path, capl
 
 
 def test_paraphrase_variants_sharing_the_answer_are_not_warned(tmp_path):
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     items = _items(3)
     para = [Item(f"{it.id}::p0", it.question + " Count them.", it.answer, metadata={"original_id": it.id})
@@ -290,14 +290,15 @@ def _world(n: int = 50):
 
 
 def _run_detect(tmp_path, tiny_model, tiny_tok, monkeypatch, name, data_path, ref_path, known, *extra):
+    import zcp.backends.registry
     import zcp.config
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     model_dir = tmp_path / "model"
     if not model_dir.exists():
         tiny_model.save_pretrained(model_dir)
         tiny_tok.save_pretrained(model_dir)
-    monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: FakeBackend(known))
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: FakeBackend(known))
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="detect", overrides=[
             f"model.path={model_dir}", f"data.path={data_path}", f"data.reference_path={ref_path}",

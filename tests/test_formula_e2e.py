@@ -77,7 +77,7 @@ def test_build_writes_valid_formula_variants_and_reports_them(built):
 
 def test_built_paraphrases_read_back_as_variant_paths(built):
     """run_detect's loader pairs paraphrases.jsonl (format items, what the build writes) to the C items."""
-    from zcp.probe.detect import load_datasets
+    from zcp.probe.datasets import load_datasets
 
     out, _ = built
     data = _compose("detect", ["data.name=arithmark", f"data.path={out / 'items.jsonl'}", "data.format=items",
@@ -94,7 +94,7 @@ def test_built_paraphrases_read_back_as_variant_paths(built):
 def test_formula_variants_train_and_probe_end_to_end(built, tmp_path):
     if not Path(asset_path("base_model"), "model.safetensors").exists():
         pytest.skip("the shipped base model is not built")
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
     from zcp.simulate.contaminate import contaminate
 
     out, _ = built

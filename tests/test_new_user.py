@@ -85,7 +85,7 @@ def _detect_overrides(root: Path) -> list[str]:
 
 
 def test_readme_detection_command_reaches_a_verdict_on_a_model_the_project_does_not_ship(user, capsys):
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     out = user / "detect"
     summary = run_detect(_compose("detect", [*_detect_overrides(user), *SIZES, f"output_dir={out}"]))
@@ -111,7 +111,7 @@ def test_readme_detection_command_without_the_budget_names_what_fills_the_contex
     """As written, the full-CoT budget (512) does not fit a 512-position model: one line naming the budget,
     the value that fits and the policy keys; nothing is written."""
     from zcp.errors import DataError
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     out = tmp_path / "run"
     with pytest.raises(DataError) as e:

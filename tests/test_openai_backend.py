@@ -117,8 +117,8 @@ def test_retries_429_and_5xx_then_gives_up(server, keyed, tiny_tok, tmp_path):
 
 
 def test_key_only_from_the_environment(monkeypatch, tmp_path):
-    from zcp.backends.config import APISettings
     from zcp.backends.openai_api import OpenAIBackend
+    from zcp.config.model import APISettings
     from zcp.errors import ConfigError
 
     monkeypatch.delenv("ZCP_NO_SUCH_KEY", raising=False)
@@ -161,7 +161,7 @@ def _compose(root: Path, out: Path, *extra: str):
 
 def test_run_detect_api_resumes_from_cache_agrees_with_hf_and_leaks_no_key(
         tmp_path, tiny_model, tiny_tok, monkeypatch, capsys, caplog):
-    from zcp.probe.detect import run_detect
+    from zcp.probe.run import run_detect
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)

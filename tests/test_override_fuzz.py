@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import zcp.config  # (registers the typed groups and the ${zcp.asset:...} resolver)
-import zcp.validate.baselines  # noqa: F401  (registers conf/baselines.yaml's baselines_schema)
+import zcp.validate.baselines
+import zcp.validate.calibration  # noqa: F401  (registers the calibration job)
 from zcp.config.schemas import job_schema, validate
 from zcp.errors import ConfigError
 

@@ -46,6 +46,7 @@ def no_models(monkeypatch):
     """Every model loader the contamination pipeline reaches fails the test if called."""
     import transformers
 
+    import zcp.backends.registry
     import zcp.config
     import zcp.simulate.contaminate as contaminate
 
@@ -54,7 +55,7 @@ def no_models(monkeypatch):
 
     monkeypatch.setattr(contaminate, "load_model", boom)
     monkeypatch.setattr(contaminate, "load_tokenizer", boom)
-    monkeypatch.setattr(zcp.config, "build_backend", boom)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", boom)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
 
 

@@ -78,7 +78,7 @@ def no_models(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
 
-    for mod, name in ((contaminate, "load_model"), (sft, "load_model"), (zcp.config, "build_backend"),
+    for mod, name in ((contaminate, "load_model"), (sft, "load_model"), (zcp.backends.registry, "build_backend"),
                       (zcp.backends.registry, "build_backend")):
         monkeypatch.setattr(mod, name, boom)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
@@ -127,7 +127,7 @@ def test_given_gsm8k_cu_files_get_the_gsm8k_builder(tmp_path):
     reference_path); an explicit builder that cannot take them is refused naming it."""
     from zcp.benchmarks.split import Manifest
     from zcp.simulate.contaminate import load_benchmark
-    from zcp.simulate.pipeline import check_reference_source, simulation_splits
+    from zcp.simulate.splits import check_reference_source, simulation_splits
 
     c, u = _split_files(tmp_path, GSM8K, 6, 6)
     cfg = _plain("benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}", "detect.m=1", "detect.seeds=[0]")
@@ -567,7 +567,7 @@ def test_read_only_output_dir_is_one_line_before_models_load(tmp_path, no_models
     result = _fake_result(ro / "run", tiny_model, cfg)
     import zcp.config
 
-    monkeypatch.setattr(zcp.config, "build_backend", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
     _read_only(monkeypatch, ro)
     with pytest.raises(RunDirError, match=r"detection stage's dir.*not writable.*EROFS"):
         run_detection_stage(cfg, result)

@@ -8,7 +8,7 @@ from zcp.benchmarks.references.registry import reference_draws
 from zcp.benchmarks.split import split_items
 from zcp.errors import ConfigError
 from zcp.simulate.base_model import benchmark_pool
-from zcp.simulate.pipeline import check_reference_source, simulation_splits
+from zcp.simulate.splits import check_reference_source, simulation_splits
 
 
 def test_item_without_a_valid_perturbation_is_left_out_and_named():

@@ -246,7 +246,7 @@ class HFBackend(TokenizedBackend):
 
 
 def from_config(cfg: Any, progress: bool = False) -> HFBackend:
-    """The registry's builder (`model.backend=hf`): a `zcp.backends.config.ModelConfig` loaded with transformers."""
+    """The registry's builder (`model.backend=hf`): a `zcp.config.model.ModelConfig` loaded with transformers."""
     return HFBackend.from_pretrained(
         cfg.path, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
         max_batch_tokens=cfg.max_batch_tokens, max_batch_size=cfg.batch_size, gen_batch_size=cfg.gen_batch_size,

@@ -224,7 +224,7 @@ class OpenAIBackend(TokenizedBackend):
 
 
 def from_config(cfg: Any, progress: bool = False) -> OpenAIBackend:
-    """The registry's builder (`model.backend=openai`) from a `zcp.backends.config.ModelConfig`."""
+    """The registry's builder (`model.backend=openai`) from a `zcp.config.model.ModelConfig`."""
     api = cfg.api
     tok = None
     if api.tokenizer:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zcp.backends.config import BACKEND_NAMES, ModelConfig, model_config
+from zcp.config.model import BACKEND_NAMES, ModelConfig, add_engine_name, check_model_path, model_config
 
 Builder = Callable[[ModelConfig, bool], Any]
 
@@ -32,6 +32,7 @@ assert set(BACKEND_NAMES) <= set(_REGISTRY)
 def register_backend(name: str, builder: Builder) -> None:
     """Add an engine: `builder(model_config, progress)` returns an object with the `Backend` methods."""
     _REGISTRY[name] = builder
+    add_engine_name(name)  # model.backend=name now validates
 
 
 def backend_names() -> list[str]:
@@ -61,8 +62,6 @@ def _builder(name: str) -> Builder:
 
 def check_paths(cfg: ModelConfig) -> None:
     """Model and adapter paths: local folders that exist or hub ids (engines that load weights locally)."""
-    from zcp.config import check_model_path
-
     if cfg.backend == "openai":  # a served model's name, not a path; the tokenizer is a local folder
         if not (cfg.api.model or cfg.path):
             from zcp.errors import ConfigError

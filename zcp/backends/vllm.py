@@ -68,11 +68,11 @@ class VLLMBackend(TokenizedBackend):
     def from_pretrained(cls, path: str, *, adapter: str | None = None, dtype: str = "auto",
                         trust_remote_code: bool = False, settings: Any = None, max_length: int | None = None,
                         **kwargs: Any) -> VLLMBackend:
-        """Start a vLLM engine on a local folder or hub id (`settings`: zcp.backends.config.VLLMSettings)."""
+        """Start a vLLM engine on a local folder or hub id (`settings`: zcp.config.model.VLLMSettings)."""
         from transformers import AutoTokenizer
         from vllm import LLM
 
-        from zcp.backends.config import VLLMSettings
+        from zcp.config.model import VLLMSettings
 
         s = settings or VLLMSettings()
         fingerprint = f"{model_fingerprint(path) or path}+{model_fingerprint(adapter) or adapter}"
@@ -188,7 +188,7 @@ def merge_adapter(path: str, adapter: str, root: str, fingerprint: str, dtype: s
 
 
 def from_config(cfg: Any, progress: bool = False) -> VLLMBackend:
-    """The registry's builder (`model.backend=vllm`) from a `zcp.backends.config.ModelConfig`."""
+    """The registry's builder (`model.backend=vllm`) from a `zcp.config.model.ModelConfig`."""
     return VLLMBackend.from_pretrained(str(cfg.path), adapter=cfg.adapter, dtype=cfg.dtype,
                                        trust_remote_code=cfg.trust_remote_code, settings=cfg.vllm,
                                        max_length=cfg.max_length, chat_template_kwargs=cfg.chat_template_kwargs,

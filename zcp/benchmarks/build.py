@@ -242,7 +242,7 @@ def make_paraphraser(para_cfg: Any, backend: Any = None) -> Any:
     opts = {k: v for k, v in dict(_get(para_cfg, "options", {})).items() if v is not None}
     if name == "llm":
         if backend is None:
-            from zcp.config import build_backend
+            from zcp.backends.registry import build_backend
 
             model = _get(para_cfg, "model")
             if model is None or not _get(model, "path"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from zcp import ASSETS
+from zcp.config.model import check_model_path  # noqa: F401  (re-exported)
 from zcp.config.schemas import register_schemas, validate  # noqa: F401  (re-exported for entry points)
 from zcp.core.io import stable_hash
 from zcp.errors import ConfigError
@@ -115,24 +115,3 @@ def model_name(model_cfg: Any) -> str:
     return Path(path).name or path
 
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def check_model_path(path: Any, key: str = "model.path") -> None:
-    """A local model folder that exists, or a string of the hub-id form `org/name`; else ConfigError."""
-    if not path:
-        raise ConfigError(f"{key} is required (a local model folder or a hub id such as Qwen/Qwen2.5-Math-7B-Instruct)")
-    p = Path(str(path)).expanduser()
-    if p.exists():
-        if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
-            raise ConfigError(f"{key}={path}: the folder holds no config.json (not a transformers model folder)")
-        return
-    if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
-        raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")
-
-
-def build_backend(model_cfg: Any, progress: bool = False) -> Any:
-    """The backend a `model` config names (`model.backend`: hf | vllm | openai); see zcp.backends.registry."""
-    from zcp.backends.registry import build_backend as build
-
-    return build(model_cfg, progress=progress)

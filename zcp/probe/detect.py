@@ -699,93 +699,6 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
     return summary
 
 
-def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, Any]]]:
-    """Datasets named by a `data` config (one, or C and U when a manifest is given), and the data issues.
-
-    Items are selected first (all, `data.limit` = the first N, or `data.sample` = N at random seeded by
-    `data.sample_seed`, i.e. the run's `seed`; rows skipped by `data.on_invalid=skip`), then the
-    reference and variant rows are paired to them by `data.pair_by` (see `zcp.benchmarks.loaders`); rows of
-    items not selected are left out. Variant files are read with `data.variant_format`/`variant_fields`
-    (null: the data's), and for format zcp_release with the field prefix `data.variant_prefix` (null: the
-    variant's name, e.g. paraphrased).
-
-    The second value lists, for summary.json: skipped rows ({file, row, field, reason}), items without a
-    reference row ({file, id, reason}) and data warnings ({file, warning}: a reference or variant set
-    identical to its data, answers read from a float-typed parquet column).
-    """
-    from zcp.benchmarks.loaders import field_map, load_benchmark, load_paired, resolve_path
-    from zcp.config import to_dict
-    from zcp.errors import DataError
-
-    d = to_dict(data_cfg)
-    if not d.get("reference_path"):
-        raise ValueError("data.reference_path is required: the perturbed reference set of the benchmark")
-    on_missing = d.get("missing_reference", "error")
-    if on_missing not in ("error", "skip"):
-        raise ValueError(f"data.missing_reference must be error or skip, not {on_missing!r}")
-    fmt = d.get("format") or "items"
-    fields = field_map(d.get("fields"), where="data.fields")
-
-    def own_fields(key: str, own_format: str) -> dict[str, str]:
-        # a reference/variant file in the data's format reads the data's field names unless given its own
-        own = field_map(d.get(key), where=f"data.{key}")
-        return own or (fields if own_format == fmt else {})
-
-    bench = load_benchmark(d["path"], fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
-                           sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                           on_invalid=d.get("on_invalid", "error"), on_duplicate=d.get("on_duplicate") or "error")
-    issues: list[dict[str, Any]] = [*bench.skipped, *bench.warnings]
-    ref_format = d.get("reference_format") or "items"
-    reference = load_paired(d["reference_path"], bench, ref_format, fields=own_fields("reference_fields", ref_format),
-                            variant=d.get("reference_variant"), pair_by=d.get("pair_by"),
-                            require_all=on_missing == "error", warnings=issues,
-                            missing_key="data.missing_reference")
-    var_format = d.get("variant_format") or fmt
-    variants = {}
-    for name, path in (d.get("variant_paths") or {}).items():
-        if not path:
-            continue
-        prefix = d.get("variant_prefix") or (name if var_format == "zcp_release" else None)
-        variants[name] = load_paired(path, bench, var_format, fields=own_fields("variant_fields", var_format),
-                                     variant=prefix, pair_by=d.get("pair_by"), require_all=False,
-                                     what=f"'{name}' variant", warnings=issues)
-    items = bench.items
-    # items without a reference row (rejected by the reference builder): left out and listed in summary.json
-    issues += [{"file": str(d["reference_path"]), "id": it.id, "reason": "no reference row"}
-               for it in items if it.id not in reference]
-    if d.get("manifest"):
-        from zcp.benchmarks.split import Manifest
-
-        mpath = str(resolve_path(d["manifest"]))
-        manifest = Manifest.load(mpath)
-        in_file, by_id = set(bench.ids), {it.id: it for it in items}
-        groups = {}
-        for split, ids in (("C", manifest.c_ids), ("U", manifest.u_ids)):
-            unknown = [i for i in ids if i not in in_file]
-            if unknown:
-                raise DataError(f"{len(unknown)} id(s) of split {split} are not in data file {bench.path}, first "
-                                f"{unknown[0]!r}", path=mpath, field="id")
-            groups[split] = [by_id[i] for i in ids if i in by_id]  # the selected items, in manifest order
-    else:
-        groups = {d.get("name") or Path(str(d["path"])).stem: items}
-    out = []
-    for split, selected in groups.items():
-        sub = [it for it in selected if it.id in reference]
-        ids = {it.id for it in sub}
-        out.append(DetectDataset(split, sub, {k: v for k, v in reference.items() if k in ids},
-                                 {n: {k: v for k, v in vv.items() if k in ids} for n, vv in variants.items()},
-                                 without_reference=[it.id for it in selected if it.id not in reference]))
-        if not sub:  # before any model loads: a run with nothing to test is no result
-            raise DataError(f"nothing left to test in {split}: none of its {len(selected)} selected item(s) has a "
-                            "reference row (data.missing_reference=skip left them all out); give a reference set "
-                            "that covers the items", path=str(resolve_path(d["reference_path"])))
-        if out[-1].without_reference:
-            log.warning("%s: %d of %d selected item(s) have no reference row and are left out "
-                        "(data.missing_reference=skip); n = %d", split, len(out[-1].without_reference),
-                        len(selected), len(sub))
-    return out, issues
-
-
 def probe_config(probe_cfg: Any, model_cfg: Any = None) -> ProbeConfig:
     """ProbeConfig from the `probe` config group, with the model's own settings (`model.probe.*`) over it.
 
@@ -796,7 +709,7 @@ def probe_config(probe_cfg: Any, model_cfg: Any = None) -> ProbeConfig:
 
     p = to_dict(probe_cfg)
     if model_cfg is not None and (model_cfg.get("probe") if hasattr(model_cfg, "get") else None):
-        from zcp.backends.config import ModelProbeSettings, _build
+        from zcp.config.model import ModelProbeSettings, _build
 
         p.update(_build(ModelProbeSettings, to_dict(model_cfg.get("probe")), "model.probe").overrides())
     known = set(ProbeConfig.__dataclass_fields__)
@@ -821,74 +734,3 @@ def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
             f"backend {getattr(backend, 'name', '?')} cannot pre-fill the answer and return its token log-probs")
         raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only acc/con are "
                           "available here: set probe.metrics=[acc,con]")
-
-
-def run_detect(cfg: Any) -> dict[str, Any]:
-    """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B.
-
-    With `base_model.path` the base model is probed on the same units into `<out>/base/` and the
-    difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
-    """
-    from zcp.config import (
-        build_backend,
-        model_name,
-        run_dir,
-        save_config,
-        to_dict,
-        validate,
-    )
-    from zcp.core.io import model_fingerprint, seed_everything
-    from zcp.core.tracking import Tracker
-
-    validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
-    seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
-    seed_everything(int(cfg.seed))
-    from zcp.backends.config import model_config
-    from zcp.backends.registry import check_paths
-    from zcp.probe.did import (
-        DID_MD,
-        base_model_config,
-        base_weights,
-        detect_did,
-        free_memory,
-        without_null_base,
-    )
-
-    mc = model_config(cfg.model)
-    check_paths(mc)  # before anything is read or loaded
-    base_mc = base_model_config(cfg.get("base_model"), cfg.model)  # base_model.path: checked here too; None: no DiD
-    local = mc.backend != "openai"  # a served model has no local weights to fingerprint
-    weights = {"model": model_fingerprint(mc.path) if local else None,
-               "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
-    out = run_dir(without_null_base(cfg), "detect", str(cfg.data.get("name", "")), model_name(cfg.model),
-                  extra=weights)
-    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
-                              alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
-                              reference_draws=str(cfg.stats.reference_draws),
-                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
-                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
-    probe = probe_config(cfg.probe, cfg.model)
-    datasets, skipped = load_datasets(cfg.data)
-    backend = build_backend(cfg.model)
-    check_backend_metrics(backend, probe)
-    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
-        summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
-                         extra={"skipped_rows": [x for x in skipped if "warning" not in x],
-                                "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
-                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
-                         on_ready=lambda: save_config(cfg, out))
-        if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
-            del backend  # the audited model leaves memory before the base model loads
-            free_memory()
-            summary = detect_did(base_mc, datasets, probe, out, settings, summary, tracker)
-        files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
-        if base_mc is not None:
-            files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
-        if cfg.get("logger") and cfg.logger.get("log_records"):
-            files.append(str(out / RECORDS))
-        tracker.artifact("detect-results", "zcp-detect", files)
-    print((out / TABLE).read_text())
-    if base_mc is not None:
-        print((out / DID_MD).read_text())
-    print(f"wrote {out}")
-    return summary

@@ -147,8 +147,8 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     base model's name (model.api.model is cleared so it is not the audited model's). Local paths are checked
     here, before anything loads: a ConfigError names base_model.path or base_model.adapter.
     """
-    from zcp.backends.config import model_config
     from zcp.config import check_model_path, to_dict
+    from zcp.config.model import model_config
     from zcp.config.schemas import BaseModelConfig, validate
 
     bm = validate({"base_model": base_cfg})["base_model"] if base_cfg is not None else BaseModelConfig()
@@ -218,7 +218,7 @@ def detect_did(base_mc: Any, datasets: Sequence[Any], probe: Any, out: Path, set
     model's (`gap_model`, `gap_base`, `did`, p, C_cont) and per (split, variant) the Bonferroni verdict.
     Returns the updated summary.
     """
-    from zcp.config import build_backend
+    from zcp.backends.registry import build_backend
     from zcp.core.io import RunLock, write_json
     from zcp.probe.detect import SUMMARY, check_backend_metrics, detect
 

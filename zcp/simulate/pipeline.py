@@ -24,228 +24,18 @@ from typing import Any
 from zcp.backends.tokenized import TokenizedBackend
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
-from zcp.errors import DataError
 from zcp.probe.detect import DetectDataset, DetectSettings, detect, probe_config
 from zcp.probe.did import did_markdown, simulation_did
 from zcp.probe.report import METRIC_LABEL, c_cont_text, plot_c_cont
 
 log = logging.getLogger(__name__)
 
-
-def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, manifest: Any = None,
-                          run_dir: str | Path | None = None) -> tuple[dict[str, list[Item]], dict[str, Any]]:
-    """n_draws reference draws per benchmark item for the detection stage, and the builder's report.
-
-    `detect.reference_path` reads a given reference set (`file_references`: rows of items outside the benchmark
-    left out and counted, items without a row per `detect.missing_reference`). Otherwise the builder registry
-    builds them as run_build_data does (`detect.reference`: method, exclusions, policies), chosen on the items as
-    loaded (`zcp.simulate.contaminate.benchmark_format`): generated word problems get exact draws from the
-    generator's law, GSM8K-format files the gsm8k builder. The run's own training data joins
-    `detect.reference.exclude`: every C item (leaked or not: a value a fine-tune may have seen is never a
-    reference) and the clean and sham items of `<run>/training_items.jsonl`. An item the builder gives no draw
-    has no key in the result: it cannot be tested and `simulation_splits` leaves it out, counted.
-    """
-    from dataclasses import replace
-
-    from zcp.benchmarks.build import reference_context
-    from zcp.benchmarks.references.exclusions import item_key
-    from zcp.benchmarks.references.registry import build_references
-    from zcp.config.schemas import validate
-
-    d = _plain(cfg.get("detect") or {})
-    det = validate({"detect": d})["detect"]
-    if det.reference_path:
-        return file_references(cfg, items)
-    method = check_reference_source(cfg, items)
-    choice = det.reference
-    keys: set[str] = set()
-    if manifest is not None:
-        keys |= {k for k in (item_key(it) for it in manifest.subset(items, "C")) if k}
-    if run_dir is not None:
-        keys |= _training_keys(Path(run_dir))
-    ctx, exclusions = reference_context(items, seed, {"exclude": list(choice.exclude),
-                                                      "exclude_benchmark": choice.exclude_benchmark,
-                                                      "special_cases": choice.special_cases})
-    ctx = replace(ctx, exclude=ctx.exclude | frozenset(keys))
-    rs = build_references(items, method, n_draws, ctx)
-    report = {**rs.report, "rejections": rs.rejections,
-              "exclusions": [*exclusions, {"source": "the run's training data (C items, clean and sham items)",
-                                           "keys": len(keys)}]}
-    return rs.refs, report
-
-
-def _plain(cfg: Any) -> dict[str, Any]:
-    """A plain dict of a config node (DictConfig or mapping), resolved."""
-    from zcp.config import to_dict
-
-    return to_dict(cfg) if not isinstance(cfg, dict) else cfg
-
-
-def benchmark_keys(cfg: Any, items: list[Item]) -> Any:
-    """The benchmark as a `zcp.benchmarks.loaders.Benchmark`: `items` selected, with the pairing keys of EVERY row of
-    the file(s) they were read from (benchmark.path, split.c_path + split.u_path, the `data` group). A reference
-    file's rows of items the benchmark leaves out (benchmark.limit, a merged duplicate) are then recognised and
-    left out, counted, as run_detect does; a row naming an item no file holds still fails."""
-    from zcp.benchmarks.loaders import Benchmark
-    from zcp.benchmarks.loaders import load_benchmark as load_file
-    from zcp.simulate.contaminate import resolve_model_path
-
-    c = _plain(cfg)
-    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
-    policy, key = b.get("on_duplicate") or "error", "benchmark.on_duplicate"
-    if split.get("c_path") and split.get("u_path"):
-        files = [(split["c_path"], b.get("format") or "items", b.get("variant")),
-                 (split["u_path"], b.get("format") or "items", b.get("variant"))]
-    elif b.get("source", "wordproblems") == "file":
-        files = [(b["path"], b.get("format") or "items", b.get("variant"))]
-    elif b.get("source") == "data":
-        d = dict(c.get("data") or {})
-        files = [(d["path"], d.get("format") or "items", None)]
-    else:
-        return Benchmark.from_items(items)
-    parts = [load_file(resolve_model_path(str(path)), fmt, variant=variant, limit=b.get("limit"),
-                       on_duplicate=policy, duplicate_key=key) for path, fmt, variant in files]
-    return Benchmark(" + ".join(p.path for p in parts), list(items), [i for p in parts for i in p.ids],
-                     [r for p in parts for r in p.rows], [x for p in parts for x in p.source_index],
-                     set().union(*(p.source_index_fields for p in parts)))
-
-
-def file_references(cfg: Any, items: list[Item]) -> tuple[dict[str, list[Item]], dict[str, Any]]:
-    """The reference rows of `detect.reference_path` (read with `detect.reference_format`) paired to the benchmark
-    items, and a report counting them.
-
-    As in run_detect (`zcp.probe.detect.load_datasets`): rows of items of the benchmark's file(s) that the benchmark
-    does not hold (`benchmark.limit`; a full-benchmark reference set for a slice) are left out and counted
-    (`rows_outside_benchmark`); a row naming an item no file holds fails. A benchmark item without any row is a
-    one-line DataError unless `detect.missing_reference=skip`, which leaves it out (counted in
-    simulation_summary.json as `items_without_reference`)."""
-    from zcp.benchmarks.loaders import pair_rows, read_linked, resolve_path
-    from zcp.config.schemas import validate
-    from zcp.errors import ConfigError
-    from zcp.simulate.contaminate import resolve_model_path
-
-    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
-    path = resolve_path(resolve_model_path(str(det.reference_path)))
-    if not Path(path).is_file():
-        raise ConfigError(f"detect.reference_path={det.reference_path}: no such file")
-    warnings: list[dict[str, Any]] = []
-    rows = read_linked(path, det.reference_format, warnings=warnings)
-    refs = pair_rows(rows, benchmark_keys(cfg, items), str(path), require_all=False, what="reference",
-                     warnings=warnings)
-    n_paired = sum(len(v) for v in refs.values())
-    missing = [it.id for it in items if not refs.get(it.id)]
-    if missing and det.missing_reference == "error":
-        shown = ", ".join(missing[:10]) + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-        raise DataError(f"{len(missing)} of {len(items)} benchmark item(s) have no reference row: {shown}; set "
-                        "detect.missing_reference=skip to leave them out (counted in simulation_summary.json)",
-                        path=str(path))
-    outside = len(rows) - n_paired
-    if outside:
-        log.info("%s: %d reference row(s) of items outside the benchmark left out", path, outside)
-    return refs, {"method": "file", "path": str(path), "rows": len(rows), "rows_paired": n_paired,
-                  "rows_outside_benchmark": outside, "missing_reference": det.missing_reference,
-                  "items_without_reference_row": len(missing), "data_warnings": warnings}
-
-
-def _training_keys(run: Path) -> set[str]:
-    """Keys of the non-benchmark items a contamination run trained on (`training_items.jsonl`)."""
-    from zcp.benchmarks.loaders import load_items
-    from zcp.benchmarks.references.exclusions import item_key
-    from zcp.errors import RunDirError
-
-    path = run / "training_items.jsonl"
-    if not path.exists():
-        if (run / "sft_data.jsonl").exists():
-            raise RunDirError(f"{run}: its training data predates training_items.jsonl; rerun the contamination "
-                              "(the data stage is rebuilt, finished training is kept)")
-        return set()
-    return {k for k in (item_key(it) for it in load_items(str(path), format="items")) if k}
-
-
-def _benchmark_items_for_check(c: dict[str, Any]) -> list[Item]:
-    """The benchmark items (`load_benchmark`), a missing benchmark.path being a one-line ConfigError."""
-    from zcp.errors import ConfigError
-    from zcp.simulate.contaminate import load_benchmark
-
-    b, split = dict(c.get("benchmark") or {}), dict(c.get("split") or {})
-    if not (split.get("c_path") and split.get("u_path")):
-        source = b.get("source", "wordproblems")
-        if source == "file" and not b.get("path"):
-            raise ConfigError("benchmark.path is required for benchmark.source=file (the benchmark file)")
-        if source == "data" and not (c.get("data") or {}).get("path"):
-            raise ConfigError("data.path is required for benchmark.source=data")
-    return load_benchmark(c)
-
-
-def check_reference_source(cfg: Any, items: list[Item] | None = None) -> str:
-    """The reference method the detection stage will use (``file`` for detect.reference_path), checked before
-    training on the benchmark's ACTUAL items (loaded when not given: generated, a file, the given C and U files):
-    `detect.reference.method` resolved on them (`auto`: the first registered builder that takes them, by the
-    format they were read with), and that builder run on a few of them. ConfigError (one line) when no builder
-    without a model takes them (the LLM builder needs generator and judge models the simulation does not
-    configure: give detect.reference_path) or the chosen builder cannot build on them (a word-problem builder on
-    GSM8K items)."""
-    from zcp.benchmarks.references.registry import BuildContext, get_reference_builder, resolve_method
-    from zcp.config.schemas import validate
-    from zcp.errors import ConfigError
-    from zcp.simulate.contaminate import benchmark_format
-
-    c = _plain(cfg)
-    d = c.get("detect") or {}
-    if d.get("reference_path"):
-        return "file"
-    choice = validate({"detect": d})["detect"].reference
-    if items is None:
-        items = _benchmark_items_for_check(c)
-    fmt = benchmark_format(c)
-    split = c.get("split") or {}
-    what = (f"the given C and U files (benchmark.format={fmt})" if split.get("c_path") and split.get("u_path") else
-            "the generated word problems" if fmt == "wordproblems" else f"benchmark.format={fmt}")
-    try:
-        method = resolve_method(choice.method, items, fmt)
-    except ValueError:
-        method = "none"
-    if method in ("llm", "none"):
-        raise ConfigError(f"detect.reference_path is required for {what} (no program to perturb: build a reference "
-                          "set with evaluate/run_build_data.py), or set detect.reference.method")
-    builder = get_reference_builder(method)
-    sample = list(items[:3])
-    chosen = f"{choice.method} (resolved to {method})" if choice.method == "auto" else method
-    fix = "set detect.reference_path=FILE (evaluate/run_build_data.py) or another detect.reference.method"
-    try:
-        built = builder.build(sample, 1, BuildContext(seed=0, benchmark=tuple(items)))
-    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
-        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for "
-                          f"{what} (item {sample[0].id if sample else '?'}: {type(e).__name__} {e}); {fix}") from None
-    # a builder chosen by name that would not take these items (auto's test) must build on some of them
-    if not builder.accepts(items, fmt) and sample and not any(built.refs.values()):
-        why = next((r.get("reason") for r in built.rejections if r.get("reason")), "no draw")
-        raise ConfigError(f"detect.reference.method={chosen}: the {method} builder cannot build references for {what} "
-                          f"(none for items {', '.join(it.id for it in sample)}: {why}); {fix}")
-    return method
-
-
-def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, splits: Sequence[str] = ("C", "U"),
-                      run_dir: str | Path | None = None, report: dict[str, Any] | None = None
-                      ) -> tuple[dict[str, list[Item]], dict[str, list[Item]], list[str]]:
-    """The detection stage's inputs from a run's config, items, manifest (and run dir, whose training data the
-    references avoid): the items of each split that have reference draws, their draws (m x len(seeds), the run's
-    reference seed: the same draws every job rebuilds), and the ids left out for want of any reference. Shared by
-    the detection stage, the ablations and the baselines so all three probe exactly the same items. `report`, when
-    given, receives the reference builder's report (law, exclusions, exchangeability per feature)."""
-    from zcp.config.schemas import validate
-
-    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
-    ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
-    refs, ref_report = simulation_references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed), manifest, run_dir)
-    if report is not None:
-        report.update(ref_report)
-    missing = sorted(it.id for it in items if not refs.get(it.id))
-    if missing:
-        log.warning("%d item(s) without any reference draw are left out of detection: %s", len(missing),
-                    ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
-    groups = {s: [it for it in manifest.subset(items, s) if refs.get(it.id)] for s in splits}
-    return groups, refs, missing
+from zcp.simulate.splits import (  # noqa: E402  (the units of the detection stage)
+    _benchmark_items_for_check,
+    _plain,
+    check_reference_source,
+    simulation_splits,
+)
 
 
 def detection_settings(c: dict[str, Any]) -> DetectSettings:
@@ -308,7 +98,7 @@ def token_counter(model_cfg: Any) -> TokenCounter | None:
     tokenizer and config.json only, no weights. None for a served model (model.backend=openai)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from zcp.backends.config import model_config
+    from zcp.config.model import model_config
     from zcp.simulate.contaminate import resolve_model_path
 
     mc = model_config(model_cfg)
@@ -378,11 +168,12 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     The base model's detection depends on nothing the fine-tune did, so it lives beside the run dirs
     (`<runs>/base-detect__<key>`) and is shared: a second simulation that finds it in use (a sibling run, a
     parallel sweep job) waits for it (`SHARED_WAIT_S`) and then resumes it, finding its records done."""
+    from zcp.backends.registry import build_backend
     from zcp.benchmarks.split import Manifest
-    from zcp.config import build_backend
     from zcp.core.io import check_writable
     from zcp.core.tracking import Tracker
     from zcp.simulate.contaminate import load_benchmark, resolve_model_path
+    from zcp.simulate.settings import sim_config
 
     c = _plain(cfg)
     det = validate_detect(c)
@@ -396,7 +187,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     groups = {ds.split: ds.originals for ds in datasets}
     models = {"FT": str(result.model_dir)}
     if det.base_model:
-        models["base"] = resolve_model_path((c.get("model") or {}).get("path"))
+        models["base"] = resolve_model_path(sim_config(c).model.path)
     out_root = Path(result.run_dir) / "detect"
     shared_root = Path(result.run_dir).parent
     check_writable(out_root, key="the detection stage's dir")  # before a model loads
@@ -433,7 +224,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
     sim = {
-        "arm": getattr(result, "arm", "leak"),  # sham: nothing of C leaked, every flag is a false positive
+        "arm": result.arm,  # sham: nothing of C leaked, every flag is a false positive
         "exposure": str(result.exposure_path), "manifest": str(result.manifest_path), "seeds": seeds, "m": m,
         "items_with_fewer_distinct_draws": sorted(
             k for k, v in refs.items() if 0 < len(v) < m * len(seeds)),
@@ -452,7 +243,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     }
     (out_root / "simulation_summary.json").write_text(json.dumps(sim, indent=2, default=str))
     with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
-                 name=f"{c.get('name', 'sim')}-detect") as tr:
+                 name=f"{sim_config(c).name}-detect") as tr:
         for name, s in summaries.items():
             tr.table(f"results/{name}", [{k: r[k] for k in ("split", "metric", "n", "s", "s_ref", "p_value", "c_cont")}
                                          for r in s["results"]])
@@ -504,11 +295,12 @@ def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
     from omegaconf import OmegaConf
 
     from zcp import REPO_ROOT
+    from zcp.simulate.settings import sim_config
     from zcp.validate.baselines import register_schema
 
     register_schema()
     overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / 'baselines'}",
-                 *[str(o) for o in (cfg.get("baselines_overrides") or [])]]
+                 *sim_config(cfg).baselines_overrides]
     gh = GlobalHydra.instance()
     if gh.is_initialized():  # inside a Hydra app (train/run_contaminate.py): its search path is this repo's conf/
         bcfg = compose("baselines", overrides=overrides)
@@ -542,26 +334,28 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
     from zcp.core.io import check_writable
     from zcp.errors import ConfigError
     from zcp.simulate.contaminate import _config_fingerprint, _run_dir, check_inputs, contaminate
+    from zcp.simulate.settings import sim_config
 
     validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
-    stages = list(cfg.get("stages") or ["contaminate"])
+    s = sim_config(cfg)  # the contamination reads its groups through their schemas
+    stages = s.stages
     unknown = set(stages) - set(SIM_STAGES)
     if unknown:
         raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {list(SIM_STAGES)})")
     if "baselines" in stages and "detect" not in stages:  # its zcp_* detectors and the report read the detection
         raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
     c = _plain(cfg)
-    check_inputs(c)
+    check_inputs(s)
     if "detect" in stages:
         check_detection_stage(c)
         if validate_detect(c).base_model:
-            check_writable(_run_dir(c, _config_fingerprint(c)).resolve().parent,
+            check_writable(_run_dir(s, _config_fingerprint(s)).resolve().parent,
                            key="the shared base-model detection's dir")
     if "baselines" in stages:
         from zcp.validate.baselines import check_config
 
         check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
-    result = contaminate(cfg)
+    result = contaminate(s)
     out: dict[str, Any] = {"contamination": result}
     if "detect" in stages:
         out["detection"] = run_detection_stage(cfg, result)

@@ -475,7 +475,7 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     from zcp.benchmarks.split import Manifest
     from zcp.config.schemas import validate
     from zcp.errors import ConfigError
-    from zcp.simulate.pipeline import simulation_splits
+    from zcp.simulate.splits import simulation_splits
 
     root = Path(run_dir)
     for need in ("run_config.json", "manifest.json", "benchmark_items.jsonl", "model"):
@@ -526,12 +526,14 @@ def _markdown_all(summary: dict[str, Any]) -> str:
 def run_ablations(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_ablations.py: inputs from a contamination run dir (or model + data),
     the chosen ablations, records, summary.json, ablations.md, PNG plots, config.yaml and W&B."""
-    from zcp.config import build_backend, run_dir, save_config, to_dict, validate
+    from zcp.backends.registry import build_backend
+    from zcp.config import run_dir, save_config, to_dict, validate
     from zcp.config.schemas import ABLATIONS
     from zcp.core.io import model_fingerprint, seed_everything
     from zcp.core.tracking import Tracker
     from zcp.errors import ConfigError
-    from zcp.probe.detect import load_datasets, probe_config
+    from zcp.probe.datasets import load_datasets
+    from zcp.probe.detect import probe_config
 
     checked = validate(cfg)
     ab = checked["ablation"]

@@ -52,17 +52,18 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
-from zcp.backends.config import ModelConfig
-from zcp.config.schemas import DataConfig, LoggerConfig, check_value
 from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
-from zcp.core.items import Item
-from zcp.errors import ConfigError, DataError, RunDirError
+from zcp.errors import ConfigError, RunDirError
+from zcp.validate.baselines_config import (  # noqa: F401  (the job's schema, re-exported)
+    DEFAULT_DETECTORS,
+    BaselinesConfig,
+    check_detectors,
+    register_schema,
+)
+from zcp.validate.baselines_inputs import FileData, JobInputs, inputs_from_data, inputs_from_run_dir  # noqa: F401
 from zcp.validate.detectors.base import DetectorContext, auroc, get_detector, spec_of, tpr_at_fpr
 
 log = logging.getLogger(__name__)
@@ -73,108 +74,14 @@ TABLE = "baselines.md"
 META = "run_meta.json"
 MIN_AUROC_ITEMS = 10  # fewer scored items than this on either side: the AUROC is flagged
 MIN_TPR_NEGATIVES = 20  # fewer U items than this cannot resolve a 5% FPR: TPR@5%FPR is flagged
-DEFAULT_DETECTORS = ["ppl", "zlib", "mink5", "mink10", "mink20", "mink30", "mink50", "minkpp5", "minkpp10",
-                     "minkpp20", "minkpp30", "minkpp50", "ref", "dpcc", "recon", "guided", "trap",
-                     "zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all"]
 
 
-@dataclass
-class BaselinesConfig:
-    """Schema of conf/baselines.yaml (the primary config): unknown keys and wrong types fail at compose.
-
-    `params`: per detector name, its constructor parameters (e.g. params.recon.temperature=0.7); checked
-    by building every selected detector before anything is read or loaded.
-    """
-
-    seed: int = 0
-    run_dir: Any = None  # outputs/contaminate/<run>: C, U, model, reference model and references from it
-    output_dir: Any = None  # null: outputs/baselines/<data>__<model>__<config hash>; rerun = resume
-    detectors: list[str] = field(default_factory=lambda: list(DEFAULT_DETECTORS))
-    params: dict[str, Any] = field(default_factory=dict)
-    alpha: float = 0.05  # level of the reference-set and guided-instruction tests
-    bootstrap_samples: int = 10_000  # Monte Carlo relabellings of those tests
-    zcp_records: Any = None  # a ZCP detection run's records.jsonl (zcp_* detectors)
-    progress: bool = False  # the backend's progress bars
-    # typed loosely for composition (each is its own group); zcp.config.schemas.validate checks them as `schema`
-    model: Any = field(default=None, metadata={"schema": ModelConfig})
-    data: Any = field(default=None, metadata={"schema": DataConfig})
-    ref_model: Any = field(default=None, metadata={"schema": ModelConfig})
-    logger: Any = field(default=None, metadata={"schema": LoggerConfig})
-
-    def __post_init__(self) -> None:
-        check_value(0.0 < self.alpha < 1.0, "alpha", self.alpha, "in (0, 1)")
-        check_value(self.bootstrap_samples >= 1, "bootstrap_samples", self.bootstrap_samples, ">= 1")
-        check_value(len(self.detectors) >= 1, "detectors", list(self.detectors), "a non-empty list")
-        check_value(len(set(self.detectors)) == len(self.detectors), "detectors", list(self.detectors),
-                    "a list without repeats")
-        check_detectors(list(self.detectors), dict(self.params or {}))
 
 
-def check_detectors(detectors: list[str], params: dict[str, Any]) -> None:
-    """Every detector name known, every params entry (selected or not: a typo must not pass silently) a known
-    detector given a mapping of parameters its constructor takes; ConfigError naming the key."""
-    for name in detectors:
-        try:
-            spec_of(name)
-        except KeyError as e:
-            raise ConfigError(f"detectors: {e.args[0]}") from None
-    for name, value in params.items():
-        try:
-            spec_of(name)
-        except KeyError as e:
-            raise ConfigError(f"params: {e.args[0]}") from None
-        check_value(value is None or isinstance(value, dict), f"params.{name}", value,
-                    "a mapping of the detector's parameters")
-    for name in sorted(set(detectors) | set(params)):
-        try:
-            get_detector(name, **dict(params.get(name) or {}))
-        except ValueError as e:
-            raise ConfigError(f"params.{name}: {e}") from None
 
 
-def register_schema() -> None:
-    """Store the primary config's schema as `baselines_schema` (conf/baselines.yaml's defaults name it)."""
-    ConfigStore.instance().store(name="baselines_schema", node=BaselinesConfig)
 
 
-register_schema()
-
-
-@dataclass
-class FileData:
-    """One benchmark file of the job: its originals and (optional) reference items per original id."""
-
-    name: str  # "data" (C) or "u" (U)
-    path: str
-    originals: list[Item]
-    references: dict[str, list[Item]] = field(default_factory=dict)
-
-    def units(self, with_references: bool) -> list[tuple[str, str, int, Item]]:
-        """(variant, original_id, draw, item) of the originals, then of their references if asked."""
-        out = [("original", it.id, 0, it) for it in self.originals]
-        if with_references:
-            out += [("reference", it.id, j, r) for it in self.originals for j, r in enumerate(self.references.get(it.id, []))]
-        return out
-
-
-@dataclass
-class JobInputs:
-    """What a run reads: files, the model and reference model paths, detection records, the name."""
-
-    files: dict[str, FileData]
-    model_path: str
-    adapter: str | None
-    ref_path: str | None
-    records_path: str | None
-    name: str
-    issues: list[dict[str, Any]] = field(default_factory=list)
-    ref_fingerprint: str | None = None  # the reference model's content (None: use ref_path)
-    records_hash: str | None = None  # content hash of the detection records the zcp_* detectors read
-    detection_note: str | None = None  # why a run dir's detection records are not used (unfinished ones)
-    skip: dict[str, str] = field(default_factory=dict)  # detector -> reason it is skipped whatever its inputs
-
-
-# ------------------------------------------------------------------------------------------ checks
 def check_config(cfg: Any) -> tuple[BaselinesConfig, dict[str, Any]]:
     """Typed checks before anything is read: groups (zcp.config.schemas.validate), the job's keys, every detector
     name and its params (ConfigError, one line naming the key). Returns the job config and detector params."""
@@ -187,112 +94,6 @@ def check_config(cfg: Any) -> tuple[BaselinesConfig, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------ inputs
-def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) -> JobInputs:
-    """C, U, model, reference model, references and detection records of a contamination run directory."""
-    from zcp.benchmarks.loaders import load_items
-    from zcp.benchmarks.split import Manifest
-    from zcp.simulate.pipeline import simulation_splits
-
-    run = Path(run_dir)
-    for name in ("manifest.json", "benchmark_items.jsonl", "exposure.json", "run_config.json", "model"):
-        if not (run / name).exists():
-            raise ConfigError(f"run_dir={run_dir}: no {name} there (not a finished contamination run directory)")
-    items = load_items(run / "benchmark_items.jsonl", "items")
-    manifest = Manifest.load(run / "manifest.json")
-    conf = (read_json(run / "run_config.json") or {}).get("config") or {}
-    groups, refs, _ = simulation_splits(conf, items, manifest, run_dir=run)
-    files = {}
-    for key, split in (("data", "C"), ("u", "U")):
-        sub = groups[split]
-        files[key] = FileData(key, f"{run / 'benchmark_items.jsonl'}#{split}", sub, {it.id: refs[it.id] for it in sub})
-    exposure = read_json(run / "exposure.json")
-    from zcp.probe.detect import RECORDS as DET_RECORDS
-    from zcp.probe.detect import newest_finished_detection
-
-    det, passed = newest_finished_detection(run)
-    note = None
-    if passed:
-        note = passed[0] if det is None else None
-        log.warning("%s%s", "; ".join(passed), f"; using {det}" if det is not None else "")
-    return JobInputs(files, str(run / "model"), None, ref_override or exposure.get("base_model"),
-                     str(det / DET_RECORDS) if det is not None else None, run.name, detection_note=note)
-
-
-def inputs_from_data(cfg: Any) -> JobInputs:
-    """C (data.path) and optional U (data.u_path, or a data.manifest split), with optional references.
-
-    A question repeated within a file, or in both C and U (one benchmark), is refused
-    (`data.on_duplicate=error`) or kept once (`merge`: its first copy, C's when in both; the copies left
-    out are listed with the data issues)."""
-    from zcp.benchmarks.loaders import check_duplicates, field_map, load_benchmark, load_paired, resolve_path
-    from zcp.benchmarks.split import Manifest
-    from zcp.config import to_dict
-
-    d = to_dict(cfg.data)
-    if not d.get("path"):
-        raise ConfigError("data.path is required (or run_dir=outputs/contaminate/<run>)")
-    fmt = d.get("format") or "items"
-    fields = field_map(d.get("fields"), where="data.fields")
-    on_duplicate = d.get("on_duplicate") or "error"
-    issues: list[dict[str, Any]] = []
-
-    def load(path: str, ref_path: str | None, name: str) -> tuple[Any, dict[str, list[Item]]]:
-        bench = load_benchmark(path, fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
-                               sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                               on_invalid=d.get("on_invalid", "error"), on_duplicate=on_duplicate)
-        issues.extend([*bench.skipped, *bench.warnings])
-        refs: dict[str, list[Item]] = {}
-        if ref_path:
-            rf = d.get("reference_format") or "items"
-            own = field_map(d.get("reference_fields"), where="data.reference_fields") or (fields if rf == fmt else {})
-            refs = load_paired(ref_path, bench, rf, fields=own, variant=d.get("reference_variant"),
-                               pair_by=d.get("pair_by"), require_all=d.get("missing_reference", "error") == "error",
-                               warnings=issues)
-        return bench, refs
-
-    bench, refs = load(d["path"], d.get("reference_path"), "data")
-    files: dict[str, FileData] = {}
-    if d.get("manifest"):
-        if d.get("u_path"):
-            raise ConfigError("data.manifest and data.u_path: give one way to name U")
-        manifest = Manifest.load(str(resolve_path(d["manifest"])))
-        by_id = {it.id: it for it in bench.items}
-        for key, split, ids in (("data", "C", manifest.c_ids), ("u", "U", manifest.u_ids)):
-            missing = [i for i in ids if i not in set(bench.ids)]
-            if missing:
-                raise DataError(f"{len(missing)} id(s) of split {split} are not in data file {bench.path}, first "
-                                f"{missing[0]!r}", path=str(d["manifest"]), field="id")
-            sub = [by_id[i] for i in ids if i in by_id]
-            files[key] = FileData(key, f"{bench.path}#{split}", sub, {i.id: refs.get(i.id, []) for i in sub})
-    else:
-        files["data"] = FileData("data", bench.path, bench.items, refs)
-        if d.get("u_path"):
-            ub, urefs = load(d["u_path"], d.get("u_reference_path"), "u")
-            # an id names one item: in C and in U it would be leaked and clean at once (U = C, or a U cut
-            # from the same file with an overlap) and the AUROC of C vs U would measure nothing
-            c_ids = set(bench.ids)
-            shared = [it.id for it in ub.items if it.id in c_ids]
-            if shared:
-                raise DataError(f"U shares {len(shared)} of its {len(ub.items)} item id(s) with C ({bench.path}), "
-                                f"first {shared[0]!r}: C and U must be disjoint", path=ub.path, field="id")
-            # C and U are one benchmark: a question in both keeps C's copy (first), U's is listed as left out
-            both = check_duplicates(bench.items + ub.items, ub.path, on_duplicate, dropped=issues,
-                                    name=f"data files {bench.path} (C) and {ub.path} (U)")
-            u_items = both[len(bench.items):]
-            if not u_items:
-                raise DataError(f"no item of U is left: all {len(ub.items)} of its questions are in C "
-                                f"({bench.path}); C and U must be disjoint", path=ub.path, field="question")
-            u_ids = {it.id for it in u_items}
-            files["u"] = FileData("u", ub.path, u_items, {k: v for k, v in urefs.items() if k in u_ids})
-        elif d.get("u_reference_path"):
-            raise ConfigError("data.u_reference_path is set without data.u_path")
-    m = cfg.model
-    ref = (to_dict(cfg.ref_model) if cfg.get("ref_model") is not None else {}).get("path")
-    return JobInputs(files, str(m.get("path")), m.get("adapter"), ref, None,
-                     str(d.get("name") or Path(str(d["path"])).stem), issues)
-
-
-# ------------------------------------------------------------------------------------------ detection records
 def weights_id(path: str | None, adapter: str | None) -> str:
     """'<model content>+<adapter content>' (the path or hub id where there is no local folder): how a
     backend's fingerprint starts (zcp.backends.hf / vllm), so records can be matched to the weights they are of."""
@@ -778,7 +579,8 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
     """Entry point of evaluate/run_baselines.py: config checks, inputs, detection records, the run lock, then
     the models, detectors, reports, W&B. Every user mistake (and a directory in use) is one line before any
     model loads."""
-    from zcp.config import build_backend, check_model_path, model_name, run_dir, save_config, to_dict
+    from zcp.backends.registry import build_backend
+    from zcp.config import check_model_path, model_name, run_dir, save_config, to_dict
     from zcp.core.io import model_fingerprint, seed_everything
     from zcp.core.tracking import Tracker
 

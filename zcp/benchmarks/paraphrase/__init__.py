@@ -15,12 +15,16 @@ from zcp.benchmarks.paraphrase.base import (
 from zcp.benchmarks.paraphrase.formula import (
     FormulaParaphraser,  # registers "formula" (sympy is imported on use)
 )
+from zcp.benchmarks.paraphrase.llm import LLMParaphraser  # registers "llm"
+from zcp.benchmarks.paraphrase.rules import RuleParaphraser  # registers "rules"
 from zcp.benchmarks.paraphrase.validate import VariantCheck, check_variant, numeric_values, similarity
 
 __all__ = [
     "Candidate",
     "FormulaParaphraser",
+    "LLMParaphraser",
     "Paraphraser",
+    "RuleParaphraser",
     "TemplateParaphraser",
     "VariantCheck",
     "check_variant",

@@ -109,10 +109,10 @@ def register_paraphraser(name: str) -> Callable[[type[Paraphraser]], type[Paraph
 
 
 def get_paraphraser(name: str, **kwargs: Any) -> Paraphraser:
-    """A paraphraser by registry name (template, rules, llm), constructed with `kwargs`."""
-    import zcp.benchmarks.paraphrase.llm
-    import zcp.benchmarks.paraphrase.rules  # noqa: F401 - registers "rules"
+    """A paraphraser by registry name (template, rules, llm, formula), constructed with `kwargs`.
 
+    The built-in ones are registered by importing the package (`zcp.benchmarks.paraphrase`), which any import
+    of this module does first."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown paraphraser {name!r} (known: {', '.join(sorted(_REGISTRY))})")
     return _REGISTRY[name](**kwargs)

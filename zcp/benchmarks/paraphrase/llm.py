@@ -1,6 +1,6 @@
 """An LLM paraphraser: a chat model rewrites the problem, keeping every number and the logic.
 
-Any `Backend` works: a local model (`zcp.config.build_backend(model_cfg)` gives an `HFBackend`) or an
+Any `Backend` works: a local model (`zcp.backends.registry.build_backend(model_cfg)` gives an `HFBackend`) or an
 OpenAI-compatible endpoint wrapped as a backend. The prompt follows the spirit of the ZCP paper's
 Appendix D (rewrite the text aggressively, keep all numerical values and the logic, do not solve). Each
 variant is sampled with temperature and its own seed; a variant that fails validation (a number changed,

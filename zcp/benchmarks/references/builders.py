@@ -191,7 +191,7 @@ class LLMReferences:
 
 
 def _llm_backends(opts: Any) -> dict[str, Any]:
-    from zcp.config import build_backend
+    from zcp.backends.registry import build_backend
 
     gen_cfg, judge_cfgs = opts.get("generator"), list(opts.get("judges") or [])
     if gen_cfg is None or not gen_cfg.get("path") or not judge_cfgs:

@@ -98,20 +98,13 @@ def register_reference_builder(builder: ReferenceBuilder) -> ReferenceBuilder:
     return builder
 
 
-def _ensure_builtins() -> None:
-    # the built-in builders register themselves on import (lazy: they import generators and sympy)
-    import zcp.benchmarks.references.builders  # noqa: F401
-
-
 def available_reference_methods() -> list[str]:
     """Registered method names, in `auto`'s order, plus ``auto`` and ``none``."""
-    _ensure_builtins()
     return ["auto", *_BUILDERS, "none"]
 
 
 def get_reference_builder(name: str) -> ReferenceBuilder:
     """The builder registered as `name` (ValueError listing the known ones otherwise)."""
-    _ensure_builtins()
     if name not in _BUILDERS:
         raise ValueError(f"reference.method must be one of {', '.join(available_reference_methods())}, not {name!r}")
     return _BUILDERS[name]
@@ -119,7 +112,6 @@ def get_reference_builder(name: str) -> ReferenceBuilder:
 
 def resolve_method(method: str, items: Sequence[Item], data_format: str = "items") -> str:
     """`method`, or for ``auto`` the first registered builder that accepts the items."""
-    _ensure_builtins()
     if method in ("none",):
         return method
     if method != "auto":

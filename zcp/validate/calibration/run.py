@@ -75,7 +75,7 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
     save_config(cfg, out)
     bench = None
     if "base_model" in parts and (c.get("data") or {}).get("reference_path"):
-        from zcp.probe.detect import load_datasets
+        from zcp.probe.datasets import load_datasets
 
         bench = load_datasets(cfg.data)  # before the long parts: a data mistake fails in seconds
     rows: list[dict[str, Any]] = []

@@ -143,19 +143,13 @@ def register_detector(spec: DetectorSpec) -> Callable[[type[Detector]], type[Det
     return deco
 
 
-def _load_builtin() -> None:
-    import zcp.validate.detectors  # noqa: F401 - importing the package registers the built-in detectors
-
-
 def available_detectors() -> list[str]:
     """Registered detector names, sorted."""
-    _load_builtin()
     return sorted(_REGISTRY)
 
 
 def spec_of(name: str) -> DetectorSpec:
     """The spec (label, kind, needs) of a registered detector; KeyError listing the known names."""
-    _load_builtin()
     if name not in _REGISTRY:
         raise KeyError(f"unknown detector {name!r} (known: {', '.join(sorted(_REGISTRY))})")
     return _REGISTRY[name][1]

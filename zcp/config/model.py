@@ -5,22 +5,29 @@ One dataclass for every engine: the keys shared by all (`backend`, `path`, `name
 misspelt key (`model.chat_template_kwarg=...`, `model.vllm.tensor_parallel=2`) fails when Hydra composes
 the config; ranges and choices fail in `__post_init__`, run by `zcp.config.schemas.validate` before any model
 loads. Model configs outside the group (ArithMark's `model:`, reference generators and judges,
-`paraphrase.model`) are checked the same way by `zcp.backends.build_backend`.
+`paraphrase.model`) are checked the same way by `zcp.backends.build_backend` (through `model_config`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+from zcp.config.checks import check_device, check_value
+from zcp.errors import ConfigError
 
-def check_value(ok: bool, key: str, value: Any, want: str) -> None:
-    """zcp.config.schemas.check_value (imported late: zcp.config.schemas registers this module's ModelConfig)."""
-    from zcp.config.schemas import check_value as check
+BACKEND_NAMES = ("hf", "vllm", "openai")  # the built-in engines (zcp.backends.registry)
+# every engine name a `model.backend` may take: the built-in ones, plus those zcp.backends.register_backend adds
+ENGINE_NAMES: list[str] = list(BACKEND_NAMES)
 
-    check(ok, key, value, want)
 
-BACKEND_NAMES = ("hf", "vllm", "openai")
+def add_engine_name(name: str) -> None:
+    """Accept `model.backend=name` (called by zcp.backends.register_backend: engines registered at run time)."""
+    if name not in ENGINE_NAMES:
+        ENGINE_NAMES.append(name)
+
 API_ENDPOINTS = ("chat", "completions")
 API_LOGPROBS = ("auto", "echo", "none")
 
@@ -132,9 +139,8 @@ class ModelConfig:
                 setattr(self, key, cls())
             elif isinstance(val, dict):
                 setattr(self, key, _build(cls, val, f"model.{key}"))
-        from zcp.backends.registry import backend_names  # engines registered at run time count too
-
-        check_value(self.backend in backend_names(), "model.backend", self.backend, f"one of {backend_names()}")
+        engines = sorted(ENGINE_NAMES)  # engines registered at run time count too
+        check_value(self.backend in engines, "model.backend", self.backend, f"one of {engines}")
         check_value(self.dtype in ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"), "model.dtype",
                     self.dtype, "auto, float32, bfloat16 or float16")
         check_value(self.max_length is None or self.max_length >= 1, "model.max_length", self.max_length, "null or >= 1")
@@ -143,14 +149,10 @@ class ModelConfig:
         check_value(isinstance(self.chat_template_kwargs, dict), "model.chat_template_kwargs",
                     self.chat_template_kwargs, "a mapping (e.g. {enable_thinking: false})")
         if self.backend != "openai":  # a served model runs elsewhere: its device is not this machine's
-            from zcp.config.schemas import check_device
-
             check_device(self.device, "model.device")
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
-    from zcp.errors import ConfigError
-
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -169,3 +171,19 @@ def model_config(model_cfg: Any, where: str = "model") -> ModelConfig:
         return model_cfg
     d = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg or {})
     return _build(ModelConfig, d, where)  # type: ignore[arg-type]
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model_path(path: Any, key: str = "model.path") -> None:
+    """A local model folder that exists, or a string of the hub-id form `org/name`; else ConfigError."""
+    if not path:
+        raise ConfigError(f"{key} is required (a local model folder or a hub id such as Qwen/Qwen2.5-Math-7B-Instruct)")
+    p = Path(str(path)).expanduser()
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+            raise ConfigError(f"{key}={path}: the folder holds no config.json (not a transformers model folder)")
+        return
+    if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
+        raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")

@@ -1,0 +1,85 @@
+"""The detect job (evaluate/run_detect.py): data and model from the validated config, ZCP, reports, W&B.
+
+Above zcp.probe.detect (the probe and its statistics on loaded datasets) and zcp.probe.did (the base model's
+second verdict): this module wires them to a config and a run dir, so neither of them imports the other's job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zcp.probe.datasets import load_datasets
+from zcp.probe.detect import (
+    RECORDS,
+    SUMMARY,
+    TABLE,
+    DetectSettings,
+    check_backend_metrics,
+    detect,
+    probe_config,
+)
+
+
+def run_detect(cfg: Any) -> dict[str, Any]:
+    """Entry point of evaluate/run_detect.py: data + model from config, detection, reports, W&B.
+
+    With `base_model.path` the base model is probed on the same units into `<out>/base/` and the
+    difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
+    """
+    from zcp.backends.registry import build_backend
+    from zcp.config import model_name, run_dir, save_config, to_dict, validate
+    from zcp.core.io import model_fingerprint, seed_everything
+    from zcp.core.tracking import Tracker
+
+    validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
+    seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
+    seed_everything(int(cfg.seed))
+    from zcp.backends.registry import check_paths
+    from zcp.config.model import model_config
+    from zcp.probe.did import (
+        DID_MD,
+        base_model_config,
+        base_weights,
+        detect_did,
+        free_memory,
+        without_null_base,
+    )
+
+    mc = model_config(cfg.model)
+    check_paths(mc)  # before anything is read or loaded
+    base_mc = base_model_config(cfg.get("base_model"), cfg.model)  # base_model.path: checked here too; None: no DiD
+    local = mc.backend != "openai"  # a served model has no local weights to fingerprint
+    weights = {"model": model_fingerprint(mc.path) if local else None,
+               "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
+    out = run_dir(without_null_base(cfg), "detect", str(cfg.data.get("name", "")), model_name(cfg.model),
+                  extra=weights)
+    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
+                              alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
+                              reference_draws=str(cfg.stats.reference_draws),
+                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
+                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
+    probe = probe_config(cfg.probe, cfg.model)
+    datasets, skipped = load_datasets(cfg.data)
+    backend = build_backend(cfg.model)
+    check_backend_metrics(backend, probe)
+    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
+        summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
+                         extra={"skipped_rows": [x for x in skipped if "warning" not in x],
+                                "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
+                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
+                         on_ready=lambda: save_config(cfg, out))
+        if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
+            del backend  # the audited model leaves memory before the base model loads
+            free_memory()
+            summary = detect_did(base_mc, datasets, probe, out, settings, summary, tracker)
+        files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+        if base_mc is not None:
+            files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
+        if cfg.get("logger") and cfg.logger.get("log_records"):
+            files.append(str(out / RECORDS))
+        tracker.artifact("detect-results", "zcp-detect", files)
+    print((out / TABLE).read_text())
+    if base_mc is not None:
+        print((out / DID_MD).read_text())
+    print(f"wrote {out}")
+    return summary
