@@ -292,13 +292,15 @@ def test_given_split_files_and_inputs_fail_in_one_line_before_any_model(tmp_path
         ({"split": {"c_path": str(c_path), "u_path": str(tmp_path / "missing.jsonl")}}, "split.u_path=.*no such file"),
         ({"exposure": {"paraphrases_path": str(tmp_path / "none.jsonl")}}, "exposure.paraphrases_path"),
         ({"exposure": {"answer_format": "latex"}}, "exposure.answer_format='latex'"),
-        ({"train": {"rewards": {"correctnes": 1.0}}}, "unknown GRPO reward"),
+        ({"train": {"rewards": {"correctnes": 1.0}}}, r"train\.rewards: unknown key 'correctnes' \(a GRPO reward\)"),
         ({"exposure": {"paraphraser": "llm", "k": 2}, "paraphrase": {"model": {"path": None}}},
          "paraphrase.model.path"),
     ]
+    base = _compose()  # a whole config: the job reads every group through its schema (zcp.simulate.settings)
     for extra, msg in cases:
+        cfg = {**base, **{group: {**base[group], **values} for group, values in extra.items()}}
         with pytest.raises(ConfigError, match=msg) as e:
-            check_inputs({"exposure": {}, **extra})
+            check_inputs(cfg)
         assert "\n" not in str(e.value)
 
 

@@ -264,7 +264,7 @@ def tiny_base(tmp_path_factory) -> Path:
 def _cfg(base: Path, out: Path) -> dict:
     return {
         "seed": 0, "name": "t", "output_dir": str(out),
-        "benchmark": {"source": "wordproblems", "n": 12, "seed": 5},
+        "benchmark": {"source": "wordproblems", "n": 12, "seed": 5, "id_prefix": "wp"},
         "split": {"c_fraction": 0.5, "stratify_by": None},
         "model": {"path": str(base), "dtype": "float32"},
         "exposure": {"k": 2, "paraphraser": "auto", "leak_fraction": 0.67, "answer_only_fraction": 0.5,
@@ -277,6 +277,7 @@ def _cfg(base: Path, out: Path) -> dict:
             "grpo": {"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 20,
                      "learning_rate": 5e-2, "logging_steps": 1, "save_steps": 1, "disable_tqdm": True},
         },
+        "clean": {"answer_only_fraction": None},  # clean data in the contamination's mix (schema default: CoT only)
         "eval": {"max_items": 2, "max_new_tokens": 20},
         "logger": {"mode": "disabled"},
     }

@@ -1,7 +1,10 @@
 """Contamination training: LoRA SFT then GRPO (TRL + PEFT) on paraphrased Dataset C, with exposure knobs.
 
 Entry point: `zcp.simulate.contaminate.contaminate(cfg) -> ContaminationResult` (see `train/run_contaminate.py`).
-Submodules: `data` (variants, CoTs, format mix, answer formats, clean mix, pre-built paraphrase files),
+Submodules: `contaminate` (the run's stages and exposure record), `settings` (the config as the run reads it:
+the schema's validated groups), `rundir` (fingerprint, run dir), `benchmark` (the benchmark and its C/U split),
+`training_data` (leak, sham and clean items, the SFT/GRPO records), `evaluation` (Table 6), `checks` (before any
+model loads), `data` (variants, CoTs, format mix, answer formats, clean mix, pre-built paraphrase files),
 `sft`, `grpo`, `rewards` (by name), `stages` (the runner of the named pipeline stages). TRL is imported
 only when training runs, so importing this package stays cheap.
 """

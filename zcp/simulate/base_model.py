@@ -512,7 +512,7 @@ def _recipe_md(r: Mapping[str, Any]) -> str:
     rows = "\n".join(f"| {f} | {a:.3f} | {h['zero_cot_per_family'].get(f, float('nan')):.3f} |"
                      for f, a in h["per_family"].items())
     limits = ", ".join(f"{k}={v}" for k, v in c["limits"].items())
-    ao = c.get("answer_only_fraction", 0.0)
+    ao = c["answer_only_fraction"]
     if ao:
         data_ao = (f"- Direct-answer pathway: {r['answer_only_items']:,} items ({ao:.0%} of the corpus, word problems\n"
                    "  and drills alike, drawn by their own seeded stream) are answer-only: the assistant turn is the\n"
@@ -523,7 +523,7 @@ def _recipe_md(r: Mapping[str, Any]) -> str:
     seen_fams = ", ".join(f"{'drills' if f == '?' else f} {a:.2f}" for f, a in (seen or {}).get("per_family", {}).items())
     seen_line = ("" if not seen else f"\nZero-CoT on the first {seen['n']} answer-only *training* items (seen in "
                  f"training): {seen['zero_cot_accuracy']:.3f} ({seen_fams}).\n")
-    out_dir = c.get("out_dir", "")
+    out_dir = c["out_dir"]
     out_arg = "" if out_dir.rstrip("/").endswith("assets/base_model") else f" out_dir={_rel(out_dir)}"
     ao_arg = f" answer_only_fraction={ao} max_steps={c['max_steps']}" if ao else ""
     parent = r.get("init_from")
