@@ -344,8 +344,9 @@ def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
 
 
 def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatch, tmp_path):
-    """exposure.paraphraser=llm: the training data stage builds the backend with zcp.config.build_backend from
+    """exposure.paraphraser=llm: the training data stage builds the backend with zcp.backends.registry.build_backend from
     paraphrase.model and trains on the LLM's validated rewrites (a fake backend stands in for the model)."""
+    import zcp.backends.registry
     import zcp.config
     from zcp.benchmarks.split import split_items
     from zcp.simulate.contaminate import build_training_data
@@ -370,7 +371,7 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
         built.append(dict(model_cfg))
         return FakeLLM()
 
-    monkeypatch.setattr(zcp.config, "build_backend", fake_build_backend)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", fake_build_backend)
     items = _bench(4)
     cfg = _compose("exposure.paraphraser=llm", "exposure.k=2", "paraphrase.model.path=my/llm",
                    "paraphrase.options.rewrite_solution=false", "exposure.clean_fraction=0")

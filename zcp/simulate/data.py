@@ -178,7 +178,7 @@ def _paraphrase(item: Item, k: int, seed: int, name: Any) -> list[Item]:
         return list(name.paraphrase(item, k, seed))
     if name == "llm":
         raise ValueError("exposure.paraphraser=llm needs a model: set paraphrase.model.path (a model config, "
-                         "built through zcp.config.build_backend)")
+                         "built through zcp.backends.registry.build_backend)")
     if name == "auto":
         name = "template" if item.metadata.get("source") == "wordproblem" else "rules"
     if name == "template":
