@@ -48,11 +48,21 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     one line too, naming the path and the errno (`zcp.core.io.fs_error_message`), wherever they happen (a record
     appended mid-run, a trainer's checkpoint: `zcp.core.io.as_write_error` names the path of writes that fail
     without one). Real bugs keep their full traceback; `HYDRA_FULL_ERROR=1` shows it for user mistakes too.
+
+    On a script's `main` (defined in `__main__`) it also sets the console policy (`zcp.core.console`): `-v` /
+    `--verbose` is taken out of sys.argv here, before Hydra parses it, and unless it or `logger.verbose=true` was
+    given, library noise (W&B banners and run summaries, transformers/TRL/PEFT warnings) is kept off the console.
     """
+    from zcp.core.console import quiet_libraries, take_verbose_flag
     from zcp.core.io import fs_error_message
+
+    entry = getattr(fn, "__module__", None) == "__main__"  # only an entry-point process, never a library caller
+    verbose_flag = take_verbose_flag(sys.argv) if entry else False
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if entry:
+            quiet_libraries(verbose_flag or _asks_verbose(args[0] if args else None))
         try:
             return fn(*args, **kwargs)
         except user_errors() as e:
@@ -68,6 +78,12 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(2)
 
     return wrapper
+
+
+def _asks_verbose(cfg: Any) -> bool:
+    """Whether an entry point's config sets `logger.verbose` (a job without a `logger` group never does)."""
+    logger = cfg.get("logger") if isinstance(cfg, (DictConfig, dict)) else None
+    return bool(logger.get("verbose")) if isinstance(logger, (DictConfig, dict)) else False
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
