@@ -162,3 +162,16 @@ def test_entry_point_console_without_and_with_verbose(detect_inputs, tmp_path):
     assert any(PY_WARNING.match(x) and "FutureWarning: zcp-test library deprecation" in x for x in lines_v), text_v
     assert "zcp-test library notice" in text_v
     assert "| custom | original | 4 |" in text_v
+
+
+@pytest.mark.parametrize(("config", "overrides"), [("detect", []), ("detect", ["logger=none"]), ("demo", []),
+                                                   ("arithmark", [])])
+def test_logger_verbose_is_a_typed_override_of_every_logger(config, overrides):
+    """`logger.verbose=true` (the Hydra spelling of -v) composes on every shipped logger and validates."""
+    from hydra import compose, initialize_config_dir
+
+    from zcp.config import validate
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose(config, overrides=[*overrides, "logger.verbose=true"])
+    assert validate(cfg, job=config)["logger"].verbose is True

@@ -18,7 +18,8 @@ from zcp.core.io import read_jsonl, write_jsonl
 from zcp.core.items import Item
 from zcp.probe.detect import DetectSettings, distinct_draws, item_draws
 from zcp.probe.did import did_markdown, did_rows, did_verdicts, simulation_did, without_null_base
-from zcp.probe.report import METRIC_LABEL, c_cont_text
+from zcp.probe.metrics import metric_label
+from zcp.probe.report import c_cont_text
 from zcp.probe.stats import c_cont, paired_test, pooled_mc_pvalue
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def _old_did_rows(runs: dict[str, Path], splits: list[str], metrics: list[str], 
 def _old_did_markdown(rows: list[dict]) -> str:
     lines = ["| Dataset | Metric | gap FT (S - S_ref) | gap base | DiD | C_cont (DiD > 0) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['split']} | {METRIC_LABEL[r['metric']]} | {r['gap_ft']:+.3f} | {r['gap_base']:+.3f} | "
+        lines.append(f"| {r['split']} | {metric_label(r['metric'])} | {r['gap_ft']:+.3f} | {r['gap_base']:+.3f} | "
                      f"{r['did']:+.3f} ± {r['did_std']:.3f} | {c_cont_text(r['c_cont'], 0.0, False)} |")
     return "\n".join(lines) + "\n"
 

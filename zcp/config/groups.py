@@ -22,6 +22,7 @@ from zcp.config.checks import (
 from zcp.config.conform import MESSAGE_PREFIX, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
 from zcp.errors import ConfigError
+from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, unknown_metrics
 from zcp.probe.stats import TESTS
 
 OVERFLOW_POLICIES = ("error", "skip", "truncate")  # a probe prompt longer than the model's context
@@ -260,7 +261,12 @@ class DataConfig:
 
 
 ABLATIONS = ("truncation", "full_cot", "sample_size")
-TRUNCATION_METRICS = ("acc", "p_first", "p_all")
+TRUNCATION_METRICS = tuple(m for m in BUILTIN_METRICS if not get_metric(m).needs_full_cot)  # acc, p_first, p_all
+
+
+def truncation_metrics() -> list[str]:
+    """Registered metrics the truncated-CoT probe can give: those needing no full-CoT generation (not con)."""
+    return [m for m in metric_names() if not get_metric(m).needs_full_cot]
 
 
 @dataclass
@@ -281,8 +287,8 @@ class AblationConfig:
         check_value(len(self.ratios) >= 1 and all(0.0 <= float(r) <= 1.0 for r in self.ratios), "ablation.ratios",
                     list(self.ratios), "a non-empty list of values in [0, 1]")
         check_value(self.unit in ("auto", "tokens", "words"), "ablation.unit", self.unit, "auto, tokens or words")
-        check_value(len(self.metrics) >= 1 and set(self.metrics) <= set(TRUNCATION_METRICS), "ablation.metrics",
-                    list(self.metrics), f"a non-empty subset of {list(TRUNCATION_METRICS)}")
+        check_value(len(self.metrics) >= 1 and set(self.metrics) <= set(truncation_metrics()), "ablation.metrics",
+                    list(self.metrics), f"a non-empty subset of {truncation_metrics()}")
         check_value(self.max_draws is None or self.max_draws >= 1, "ablation.max_draws", self.max_draws, "null or >= 1")
         check_value(len(self.sizes) >= 1 and all(int(n) >= 2 for n in self.sizes), "ablation.sizes", list(self.sizes),
                     "a non-empty list of sizes >= 2")
@@ -319,7 +325,7 @@ class ReportConfig:
     exposure: ExposureRunsConfig = field(default_factory=ExposureRunsConfig)  # both leak kinds over exposure levels
     # more sample-size studies (evaluate/run_ablations.py dirs, e.g. on a larger benchmark for N = 100, 200)
     sample_size_dirs: list[str] = field(default_factory=list)
-    metrics: list[str] = field(default_factory=lambda: ["acc", "con", "p_first", "p_all"])  # ZCP metrics shown
+    metrics: list[str] = field(default_factory=lambda: list(BUILTIN_METRICS))  # ZCP metrics shown
     title: str = "Detector study"
 
     def __post_init__(self) -> None:
@@ -333,12 +339,12 @@ class ReportConfig:
             unknown = sorted(set(self.exposure) - set(ExposureRunsConfig.__dataclass_fields__))
             check_value(not unknown, "report.exposure", unknown, "free of unknown keys")
             self.exposure = ExposureRunsConfig(**self.exposure)
-        check_value(len(self.metrics) >= 1 and set(self.metrics) <= {"acc", "con", "p_first", "p_all"},
-                    "report.metrics", list(self.metrics), "a non-empty subset of [acc, con, p_first, p_all]")
+        check_value(len(self.metrics) >= 1 and not unknown_metrics(self.metrics), "report.metrics",
+                    list(self.metrics), f"a non-empty subset of [{', '.join(metric_names())}]")
 
 
 # ------------------------------------------------------------------------------------ the probe and the jobs' groups
-PROBE_METRICS = ("acc", "con", "p_first", "p_all")
+PROBE_METRICS = BUILTIN_METRICS  # the default probe.metrics; any registered metric (zcp.probe.metrics) may be listed
 PROBE_MODES = ("auto", "prefill", "api")
 
 
@@ -363,19 +369,19 @@ class ProbeGroupConfig:
 
     def __post_init__(self) -> None:
         ms = list(self.metrics)
-        check_value(len(ms) >= 1 and set(ms) <= set(PROBE_METRICS) and len(set(ms)) == len(ms), "probe.metrics",
-                    ms, f"a non-empty list without repeats of {list(PROBE_METRICS)}")
+        check_value(len(ms) >= 1 and not unknown_metrics(ms) and len(set(ms)) == len(ms), "probe.metrics",
+                    ms, f"a non-empty list without repeats of {list(metric_names())}")
         check_value(self.mode in PROBE_MODES, "probe.mode", self.mode, f"one of {list(PROBE_MODES)}")
         check_value(isinstance(self.zero_cot_prefix, str), "probe.zero_cot_prefix", self.zero_cot_prefix,
                     'a string: the text the zero-CoT answer is pre-filled after (e.g. "#### ")')
         check_value("{question}" in self.user_template and _formats(self.user_template), "probe.user_template",
                     self.user_template, 'a template holding {question} and no other {...} field')
-        gen = {"acc", "con"} & set(ms)
+        gen = sorted(m for m in ms if get_metric(m).needs_generation)  # the zero-CoT answer (acc, con)
         check_value(self.zero_cot_max_tokens >= (1 if gen else 0), "probe.zero_cot_max_tokens",
-                    self.zero_cot_max_tokens, f">= 1 with {sorted(gen)} in probe.metrics" if gen else ">= 0")
-        con = "con" in ms
-        check_value(self.full_cot_max_tokens >= (1 if con else 0), "probe.full_cot_max_tokens",
-                    self.full_cot_max_tokens, ">= 1 with con in probe.metrics" if con else ">= 0")
+                    self.zero_cot_max_tokens, f">= 1 with {gen} in probe.metrics" if gen else ">= 0")
+        full = [m for m in ms if get_metric(m).needs_full_cot]  # the full-CoT generation (con)
+        check_value(self.full_cot_max_tokens >= (1 if full else 0), "probe.full_cot_max_tokens",
+                    self.full_cot_max_tokens, f">= 1 with {', '.join(full)} in probe.metrics" if full else ">= 0")
 
 
 def _formats(template: str) -> bool:
@@ -601,6 +607,7 @@ class LoggerConfig:
     group: str | None = None
     tags: list[str] = field(default_factory=list)
     log_records: bool = False  # per-item records include reference-set answers, the auditor's private asset
+    verbose: bool = False  # true (or -v): library output (W&B banners, warnings) on the console (zcp.core.console)
 
     def __post_init__(self) -> None:
         check_value(self.mode in ("online", "offline", "disabled"), "logger.mode", self.mode,

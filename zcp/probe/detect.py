@@ -23,7 +23,8 @@ from zcp.backends.base import Backend
 from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.errors import DataError, RunDirError
-from zcp.probe.prompts import ProbeConfig, metric_value, position_parts, probe_items, prompt_rendering
+from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
+from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ TABLE = "table.md"
 PLOT = "c_cont.png"
 META = "run_meta.json"
 UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
-# Above this zero-CoT (or, for con, full-CoT) malformed rate of a split's rows, acc/con are flagged as void:
+# Above this zero-CoT (or, for con, full-CoT) malformed rate of a split's rows, the metrics reading that answer
+# (acc/con: `ProbeMetric.needs_generation` / `needs_full_cot`) are flagged as void:
 # a malformed answer scores as wrong on every version of an item, so once most answers are malformed most
 # (original, reference) pairs are (0, 0) by construction, the test has almost no power, and "no evidence"
 # describes the answer format, not the model's exposure. Half is where that becomes the majority.
@@ -627,19 +629,20 @@ def _log_plan(cover: Sequence[dict[str, Any]], overflow: Sequence[dict[str, Any]
 
 def malformed_warnings(malformed: Sequence[dict[str, Any]], metrics: Sequence[str],
                        threshold: float = MALFORMED_WARN_RATE) -> list[dict[str, Any]]:
-    """Rows of `analyse`'s malformed table whose malformed rate voids acc/con, with the metrics it voids.
+    """Rows of `analyse`'s malformed table whose malformed rate voids a metric, with the metrics it voids.
 
-    A zero-CoT malformed rate above `threshold` voids acc and con (both score a malformed zero-CoT answer as
-    wrong / inconsistent on every version); a full-CoT malformed rate above it voids con. p_first/p_all
-    score the gold answer's tokens and are unaffected. The rows are also marked (`voids`).
+    A zero-CoT malformed rate above `threshold` voids the metrics that read the zero-CoT answer (metric table:
+    `needs_generation`; acc and con score a malformed zero-CoT answer as wrong / inconsistent on every
+    version); a full-CoT malformed rate above it voids those reading the full-CoT answer (`needs_full_cot`:
+    con). p_first/p_all score the gold answer's tokens and are unaffected. The rows are also marked (`voids`).
     """
     out = []
     for row in malformed:
-        voids = []
+        voids: list[str] = []
         if row.get("zero_cot_malformed_rate", 0.0) > threshold:
-            voids += [m for m in ("acc", "con") if m in metrics]
-        if row.get("full_cot_malformed_rate", 0.0) > threshold and "con" in metrics and "con" not in voids:
-            voids.append("con")
+            voids += needing(metrics, "generation")
+        if row.get("full_cot_malformed_rate", 0.0) > threshold:
+            voids += [m for m in needing(metrics, "full_cot") if m not in voids]
         if not voids:
             continue
         row["voids"] = voids
@@ -719,12 +722,13 @@ def probe_config(probe_cfg: Any, model_cfg: Any = None) -> ProbeConfig:
 def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
     """Refuse, before anything is probed, metrics the backend cannot give (ConfigError, one line).
 
-    p_first/p_all need the answer's token log-probabilities after a pre-filled assistant turn; a chat
-    API (no pre-fill) or a server that returns no prompt log-probs gives only acc/con.
+    Metrics needing log-probs (metric table: p_first/p_all) need the answer's token log-probabilities after a
+    pre-filled assistant turn; a chat API (no pre-fill) or a server that returns no prompt log-probs gives only
+    the others (acc/con).
     """
     from zcp.errors import ConfigError
 
-    wanted = [m for m in ("p_first", "p_all") if m in probe.metrics]
+    wanted = needing(probe.metrics, "logprobs")
     if not wanted:
         return
     if probe.mode == "api" or not getattr(backend, "supports_prefill", True) or \
@@ -732,5 +736,6 @@ def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
         why = getattr(backend, "logprobs_unavailable", None) or (
             "probe.mode=api asks for the instruction variant (no pre-fill)" if probe.mode == "api" else
             f"backend {getattr(backend, 'name', '?')} cannot pre-fill the answer and return its token log-probs")
-        raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only acc/con are "
-                          "available here: set probe.metrics=[acc,con]")
+        others = [m for m in metric_names() if not get_metric(m).needs_logprobs]
+        raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only {'/'.join(others)} "
+                          f"are available here: set probe.metrics=[{','.join(others)}]")

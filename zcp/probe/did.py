@@ -26,7 +26,8 @@ import numpy as np
 
 from zcp.core.io import read_jsonl
 from zcp.probe.detect import ORIGINAL, RECORDS, REFERENCE, DetectSettings, distinct_draws, item_draws
-from zcp.probe.report import METRIC_LABEL, c_cont_text
+from zcp.probe.metrics import metric_label
+from zcp.probe.report import c_cont_text
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 DID_TEST = "sign-flip permutation of per-item gap differences"
@@ -108,7 +109,7 @@ def did_markdown(rows: Sequence[dict[str, Any]], *, label: str = "ft", model_tit
             "gap base", "DiD", "C_cont (DiD > 0)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["split"], *([r["variant"]] if variant_column else []), METRIC_LABEL.get(r["metric"], r["metric"]),
+        cells = [r["split"], *([r["variant"]] if variant_column else []), metric_label(r["metric"]),
                  f"{r[key]:+.3f}", f"{r['gap_base']:+.3f}", f"{r['did']:+.3f} ± {r['did_std']:.3f}",
                  c_cont_text(r["c_cont"], 0.0, False)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -118,7 +119,7 @@ def did_markdown(rows: Sequence[dict[str, Any]], *, label: str = "ft", model_tit
         for v in verdicts:
             what = (f"the {model_title} model's gap exceeds the base model's" if v["contaminated"]
                     else "no evidence beyond the base model's gap")
-            drive = f", driven by {METRIC_LABEL.get(v['driving_metric'], v['driving_metric'])}" \
+            drive = f", driven by {metric_label(v['driving_metric'])}" \
                 if v["contaminated"] and v["driving_metric"] else ""
             lines.append(f"- {v['split']} / {v['variant']}: {what} (combined C_cont "
                          f"{c_cont_text(v['c_cont'], 0.0, False)}, p = {v['p_value']:.3g}{drive})")

@@ -1,8 +1,8 @@
-"""The Zero-CoT Probe: prompts, and per-item metrics acc, con, p_first, p_all.
+"""The Zero-CoT Probe: prompts, and the per-item records its metrics read (the metric table: zcp.probe.metrics).
 
 Zero-CoT (open weights): the assistant turn is pre-filled with `The final answer is: \\[ \\boxed{` so
 the model must answer at once. Zero-CoT (API, no pre-fill): an instruction is appended to the user
-turn. Full-CoT: the normal prompt. Metrics follow section 3.4 of the paper:
+turn. Full-CoT: the normal prompt. The built-in metrics follow section 3.4 of the paper:
 - acc: the greedy zero-CoT answer is equivalent to the gold answer;
 - con: the zero-CoT answer is equivalent to the full-CoT answer (no gold label needed);
 - p_first = P(t1 | x^); p_all = exp(mean_k log P(tk | x^, t<k)) by teacher forcing, over the tokens of
@@ -10,6 +10,9 @@ turn. Full-CoT: the normal prompt. Metrics follow section 3.4 of the paper:
   pre-filled box), tokenised in context right after the prefix. Scoring the end too is what keeps a
   strict prefix of the model's answer (gold "5" where the model answers "50") from scoring as the answer.
 An answer that cannot be extracted or parsed is malformed: counted, and scored as wrong.
+Which passes run is read from the table: the score pass when a metric needs log-probs, the zero-CoT
+generation when one needs the greedy answer, the full-CoT generation when one needs it; a metric with its own
+pass (`ProbeMetric.probe`) runs it after the zero-CoT passes.
 """
 
 from __future__ import annotations
@@ -25,20 +28,20 @@ from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
 from zcp.core.answers import BOX_OPENERS, answers_equal, extract_boxed, extract_prefilled_box, is_parsable
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
+from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, needing, unknown_metrics
 
 ZERO_COT_PREFIX = "The final answer is: \\[ \\boxed{"
 API_INSTRUCTION = (
     "Please ONLY put your final answer within \\boxed{} directly without any other content before or "
     "after it (e.g., reasoning or explanation)"
 )
-ALL_METRICS = ("acc", "con", "p_first", "p_all")
 
 
 @dataclass
 class ProbeConfig:
     """How prompts are built and how much the model may generate."""
 
-    metrics: tuple[str, ...] = ALL_METRICS
+    metrics: tuple[str, ...] = BUILTIN_METRICS
     mode: str = "auto"  # auto | prefill | api
     user_template: str = "{question}"
     full_cot_suffix: str = ""  # e.g. "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -54,9 +57,9 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         self.metrics = tuple(self.metrics)
-        bad = [m for m in self.metrics if m not in ALL_METRICS]
+        bad = unknown_metrics(self.metrics)
         if bad:
-            raise ValueError(f"unknown metric(s) {bad}; choose from {list(ALL_METRICS)}")
+            raise ValueError(f"unknown metric(s) {bad}; choose from {list(metric_names())}")
         if self.mode not in ("auto", "prefill", "api"):
             raise ValueError(f"probe.mode must be auto, prefill or api, not {self.mode!r}")
         if self.answer_suffix is not None and not isinstance(self.answer_suffix, str):
@@ -163,9 +166,10 @@ def position_parts(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) ->
     """What each item's probe spends the model's positions on; None when the backend cannot count tokens.
 
     Per item: `zero_cot_prompt` (tokens of the rendered zero-CoT prompt), `zero_cot_tail` and `zero_cot_tail_key`
-    (what follows it: the larger of the scored answer and its end, `scored_continuation`, when p_first/p_all
-    run, and the generation budget `probe.zero_cot_max_tokens` when acc/con run), and, when `con` runs,
-    `full_cot_prompt` (tokens of the full-CoT prompt) and `full_cot_budget` (`probe.full_cot_max_tokens`).
+    (what follows it: the larger of the scored answer and its end, `scored_continuation`, when a metric needing
+    log-probs runs (p_first, p_all), and the generation budget `probe.zero_cot_max_tokens` when one needing the
+    zero-CoT answer runs (acc, con)), and, when one needs the full-CoT generation (con), `full_cot_prompt`
+    (tokens of the full-CoT prompt) and `full_cot_budget` (`probe.full_cot_max_tokens`).
     `needed` is the larger of the two probes' totals; `needed_by` says which one ("zero-CoT" or "full-CoT").
     """
     count = getattr(backend, "count_tokens", None)
@@ -174,13 +178,14 @@ def position_parts(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) ->
     prefill = _prefill(cfg, backend)
     z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items],
                    [scored_continuation(it.answer, cfg) for it in items])
-    full = count([full_cot_prompt(it.question, cfg) for it in items])[0] if "con" in cfg.metrics else None
+    scored, generated = needing(cfg.metrics, "logprobs"), needing(cfg.metrics, "generation")
+    full = count([full_cot_prompt(it.question, cfg) for it in items])[0] if needing(cfg.metrics, "full_cot") else None
     parts = []
     for k in range(len(items)):
         tail, key = 0, ""
-        if {"p_first", "p_all"} & set(cfg.metrics):
+        if scored:
             tail, key = ans[k], "the scored answer"
-        if {"acc", "con"} & set(cfg.metrics) and cfg.zero_cot_max_tokens >= tail:
+        if generated and cfg.zero_cot_max_tokens >= tail:
             tail, key = cfg.zero_cot_max_tokens, f"probe.zero_cot_max_tokens={cfg.zero_cot_max_tokens}"
         part: dict[str, Any] = {"zero_cot_prompt": z[k], "zero_cot_tail": tail, "zero_cot_tail_key": key,
                                 "needed": z[k] + tail, "needed_by": "zero-CoT"}
@@ -194,21 +199,26 @@ def position_parts(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) ->
 
 def positions_needed(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[int] | None:
     """Positions each item's probe needs: zero-CoT prompt + max(scored tokens, generation budget), and the
-    full-CoT prompt + its budget when `con` runs; the scored tokens are the answer and its end
+    full-CoT prompt + its budget when a metric needing it (con) runs; the scored tokens are the answer and its end
     (`scored_continuation`). None when the backend cannot count tokens. (`position_parts` gives the parts.)"""
     parts = position_parts(backend, items, cfg)
     return None if parts is None else [p["needed"] for p in parts]
 
 
 def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[dict[str, Any]]:
-    """Per-item probe records (prediction, correct, consistent, p_first, p_all, malformed) for `items`."""
+    """Per-item probe records for `items`: the fields the metrics of `cfg.metrics` read (`zcp.probe.metrics`).
+
+    The zero-CoT passes (`_answer_metrics`: p_first, p_all, prediction, correct, malformed and any metric's own
+    pass), then, when a metric needs it (con), the full-CoT generation (cot_prediction, cot_malformed,
+    cot_correct, consistent).
+    """
     prefill = _prefill(cfg, backend)
     zprompts = [zero_cot_prompt(it.question, cfg, prefill) for it in items]
     recs: list[dict[str, Any]] = [
         {"id": it.id, "prompt_hash": stable_hash(repr(p)), "gold": it.answer} for it, p in zip(items, zprompts, strict=True)
     ]
     _answer_metrics(backend, items, zprompts, recs, cfg, prefill)
-    if "con" in cfg.metrics:
+    if needing(cfg.metrics, "full_cot"):
         outs = backend.generate([
             GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
             for it in items
@@ -219,13 +229,15 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
             rec["cot_prediction"] = cot
             rec["cot_malformed"] = cot_malformed
             rec["cot_correct"] = (not cot_malformed) and answers_equal(cot, it.answer)
-            rec["consistent"] = (not rec["malformed"]) and (not cot_malformed) and answers_equal(rec["prediction"], cot)
+            if "malformed" in rec:  # the zero-CoT answer was generated (a metric needing it runs: con)
+                rec["consistent"] = (not rec["malformed"]) and (not cot_malformed) and answers_equal(rec["prediction"], cot)
     return recs
 
 
 def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[Prompt], recs: list[dict[str, Any]],
                     cfg: ProbeConfig, prefill: bool) -> None:
-    """Fill p_first/p_all (gold answer and its end scored after each prompt) and acc (greedy answer) into `recs`.
+    """Fill p_first/p_all (gold answer and its end scored after each prompt), acc (greedy answer) and the fields
+    of metrics with their own pass (`ProbeMetric.probe`) into `recs`; each pass runs when a metric needs it.
 
     The scored tokens are those of `scored_continuation` (e.g. "50}") tokenised in context after the
     prompt: p_first is the probability of the first of them, p_all exp(mean log p) over all of them, the
@@ -236,10 +248,13 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
     Shared by the zero-CoT probe and the truncated-CoT probe (whose prompts pre-fill part of a chain of
     thought before the same final-answer prefix), so that a cut at r = 0 is the zero-CoT probe exactly.
     """
-    if {"p_first", "p_all"} & set(cfg.metrics):
+    scored = needing(cfg.metrics, "logprobs")
+    if scored:
         if not prefill or not getattr(backend, "supports_logprobs", True):
-            raise ValueError("p_first/p_all need a backend with pre-fill and log-probabilities; "
-                             "use probe.metrics=[acc,con] for API models")
+            need = needing(metric_names(), "logprobs")
+            others = [m for m in metric_names() if m not in need]
+            raise ValueError(f"{'/'.join(need)} need a backend with pre-fill and log-probabilities; "
+                             f"use probe.metrics=[{','.join(others)}] for API models")
         suffix = scored_suffix(cfg)
         scores = backend.score(answer_score_requests(prompts, [it.answer for it in items], cfg))
         for rec, sc in zip(recs, scores, strict=True):
@@ -248,7 +263,7 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
             rec["answer_suffix"] = suffix
             rec["p_first"] = math.exp(lps[0])
             rec["p_all"] = math.exp(sum(lps) / len(lps))
-    if {"acc", "con"} & set(cfg.metrics):
+    if needing(cfg.metrics, "generation"):
         outs = backend.generate([
             GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop_at_box_close=prefill)
             for p in prompts
@@ -260,16 +275,10 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
             rec["prediction"] = pred
             rec["malformed"] = malformed
             rec["correct"] = (not malformed) and answers_equal(pred, it.answer)
-
-
-def metric_field(metric: str) -> str:
-    """The probe record's field holding a metric (acc -> `correct`, con -> `consistent`, else the metric's name)."""
-    return {"acc": "correct", "con": "consistent"}.get(metric, metric)
-
-
-def metric_value(rec: dict[str, Any], metric: str) -> float:
-    """A record's score on one metric (booleans as 0/1)."""
-    return float(rec[metric_field(metric)])
+    for name in cfg.metrics:
+        own = get_metric(name).probe
+        if own is not None:
+            own(backend, items, prompts, recs, cfg, prefill)
 
 
 # ---------------------------------------------------------------- truncated chain of thought (paper Figure 2)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-METRIC_LABEL = {"acc": "Acc", "con": "Con", "p_first": "P_first", "p_all": "P_all"}
+from zcp.probe.metrics import metric_label
 
 
 def _pm(mean: float, std: float, multi: bool, digits: int = 3) -> str:
@@ -66,7 +66,7 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
     verdict = {(v["split"], v["variant"]): v for v in summary.get("verdicts", [])}
     head = ["Dataset", "Variant", "n"]
     for m in metrics:
-        lab = METRIC_LABEL.get(m, m)
+        lab = metric_label(m)
         head += [f"{lab} S_ref", f"{lab} S", f"{lab} C_cont"]
     head += ["Combined C_cont", "Verdict"]
     lines = []
@@ -144,7 +144,7 @@ def plot_c_cont(summary: dict[str, Any], path: str | Path, title: str = "Contami
         ax.bar(x + (gi - (len(groups) - 1) / 2) * width, ys, width, yerr=es, capsize=3,
                label=f"{split} / {variant}")
     ax.axhline(0.5, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(x, [METRIC_LABEL.get(m, m) for m in metrics])
+    ax.set_xticks(x, [metric_label(m) for m in metrics])
     ax.set_ylim(0.45, 1.02)
     ax.set_ylabel("C_cont")
     ax.set_title(title)

@@ -7,12 +7,14 @@ Statistic: T = sum_i (X_i - mean_j Y_ij).
 
 - Within-item permutation test (default, every metric): under H0 the label "original" is uniform over
   the m_i + 1 versions of item i, independently across items.
-  * Binary metrics (acc, con): exact. Item i with k_i ones among its versions contributes
-    1 - (k_i - 1)/m_i with probability k_i/(m_i + 1) and -k_i/m_i otherwise; scaled by L = lcm(m_i)
-    these are integers, and the null law of T is the convolution of the two-point laws (a sum of
-    binomials per (m_i, k_i) class), so p = P(T* >= T_obs) is exact. At m = 1 it is McNemar's exact test.
-  * Continuous metrics (p_first, p_all): Monte Carlo over B relabellings, p = (1 + #{T* >= T_obs})/(B + 1),
-    never 0 (valid for any B); exact enumeration of all prod_i (m_i + 1) relabellings when that is <= B.
+  * Binary metrics (kind "binary" in the metric table zcp.probe.metrics: acc, con): exact. Item i with
+    k_i ones among its versions contributes 1 - (k_i - 1)/m_i with probability k_i/(m_i + 1) and -k_i/m_i
+    otherwise; scaled by L = lcm(m_i) these are integers, and the null law of T is the convolution of the
+    two-point laws (a sum of binomials per (m_i, k_i) class), so p = P(T* >= T_obs) is exact. At m = 1 it
+    is McNemar's exact test.
+  * Continuous metrics (p_first, p_all, and any score that is not a registered binary metric): Monte Carlo
+    over B relabellings, p = (1 + #{T* >= T_obs})/(B + 1), never 0 (valid for any B); exact enumeration
+    of all prod_i (m_i + 1) relabellings when that is <= B.
   With k_i original-side versions per item (k paraphrases tested against m references) the same test
   labels a uniformly chosen k_i-subset of the k_i + m_i versions "original" (hypergeometric counts for
   binary metrics), and T uses the per-item mean of each side.
@@ -38,9 +40,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-CONTINUOUS = ("p_first", "p_all")
-BINARY = ("acc", "con")
-DISCRETE = BINARY  # older name
+from zcp.probe.metrics import get_metric, is_metric
+
 TESTS = ("permutation", "bootstrap")
 C_MAX = math.nextafter(1.0, 0.0)  # C_cont is < 1 by definition; keep that true in floating point
 P_MIN = 1e-300  # an exact test's p can underflow to 0; floor it so BF10 stays finite
@@ -63,8 +64,9 @@ def c_cont(p: float) -> float:
 
 
 def metric_kind(metric: str) -> str:
-    """'binary' for acc/con, 'continuous' for p_first/p_all (and any other score in a continuum)."""
-    return "binary" if metric in BINARY else "continuous"
+    """A registered metric's kind from the metric table ('binary' for acc/con, 'continuous' for p_first/p_all);
+    'continuous' for any other score (a detector's rouge_l, a baseline's score)."""
+    return get_metric(metric).kind if is_metric(metric) else "continuous"
 
 
 # ---------------------------------------------------------------------------------------------- inputs

@@ -26,7 +26,8 @@ from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.probe.detect import DetectDataset, DetectSettings, detect, probe_config
 from zcp.probe.did import did_markdown, simulation_did
-from zcp.probe.report import METRIC_LABEL, c_cont_text, plot_c_cont
+from zcp.probe.metrics import metric_label
+from zcp.probe.report import c_cont_text, plot_c_cont
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _table7(summaries: dict[str, dict], metrics: list[str], multi: bool) -> str:
     def pm(m: float, s: float) -> str:
         return f"{m:.3f} ± {s:.3f}" if multi else f"{m:.3f}"
 
-    head = ["Model", "Dataset"] + [f"{METRIC_LABEL[m]} {c}" for m in metrics for c in ("S_ref", "S", "C_cont")]
+    head = ["Model", "Dataset"] + [f"{metric_label(m)} {c}" for m in metrics for c in ("S_ref", "S", "C_cont")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, summ in summaries.items():
         by = {(r["split"], r["metric"]): r for r in summ["results"] if r["variant"] == "original"}

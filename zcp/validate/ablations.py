@@ -44,6 +44,7 @@ from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_has
 from zcp.core.items import Item
 from zcp.errors import DataError
 from zcp.probe.detect import ORIGINAL, REFERENCE, DetectDataset, DetectSettings, analyse
+from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_label, metric_names
 from zcp.probe.prompts import (
     ProbeConfig,
     cut_points,
@@ -53,7 +54,7 @@ from zcp.probe.prompts import (
     truncate_reasoning,
     truncation_unit,
 )
-from zcp.probe.report import METRIC_LABEL, c_cont_text
+from zcp.probe.report import c_cont_text
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,9 @@ def _results_by(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]
 
 def compare_with_detection(records: list[dict[str, Any]], detection: list[dict[str, Any]]) -> dict[str, Any]:
     """r = 0 against the detection run's records of the same units: the share with the same prompt (so the
-    same reference items), the same greedy answer, and the largest |p_all| / |p_first| difference (batch
-    numerics only). A check that the ablation probes what the detection stage probed."""
+    same reference items), the same greedy answer, and the largest difference of each scored field (the record
+    fields of the metrics needing log-probs: p_first, p_all; batch numerics only). A check that the ablation
+    probes what the detection stage probed."""
     det = {_rec_key(r): r for r in detection}
     pairs = [(r, det[_rec_key(r)]) for r in records if float(r["ratio"]) == 0.0 and _rec_key(r) in det]
     if not pairs:
@@ -201,7 +203,8 @@ def compare_with_detection(records: list[dict[str, Any]], detection: list[dict[s
                            "same_prompt": float(np.mean([a["prompt_hash"] == b.get("prompt_hash") for a, b in pairs]))}
     if all("prediction" in b for _, b in pairs):
         out["same_prediction"] = float(np.mean([a.get("prediction") == b.get("prediction") for a, b in pairs]))
-    for m in ("p_first", "p_all"):
+    scored = dict.fromkeys(get_metric(n).field for n in metric_names() if get_metric(n).needs_logprobs)
+    for m in scored:
         if all(m in a and m in b for a, b in pairs):
             out[f"max_abs_diff_{m}"] = float(max(abs(a[m] - b[m]) for a, b in pairs))
     return out
@@ -323,7 +326,7 @@ def sample_size_study(records: list[dict[str, Any]], metrics: Sequence[str], set
 # ----------------------------------------------------------------------------------------- reports
 
 def _lab(metric: str) -> str:
-    return "combined (Bonferroni)" if metric == "combined" else METRIC_LABEL.get(metric, metric)
+    return "combined (Bonferroni)" if metric == "combined" else metric_label(metric)
 
 
 def truncation_markdown(rows: list[dict[str, Any]]) -> str:
@@ -605,7 +608,8 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
         if "sample_size" in which:
             recs = list(read_jsonl(records_path, tolerate_partial_last_line=True))  # type: ignore[arg-type]
             det_summary = records_path.parent / "summary.json"
-            det_metrics = read_json(det_summary)["metrics"] if det_summary.exists() else ["acc", "p_first", "p_all"]
+            det_metrics = read_json(det_summary)["metrics"] if det_summary.exists() else \
+                [m for m in BUILTIN_METRICS if not get_metric(m).needs_full_cot]  # acc, p_first, p_all
             s = inputs.settings
             sub_settings = DetectSettings(seeds=s.seeds, bootstrap_samples=ab.subset_bootstrap_samples, alpha=s.alpha,
                                           test=s.test, reference_draws="all", progress=False)

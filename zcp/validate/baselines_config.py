@@ -16,10 +16,12 @@ from zcp.config.groups import DataConfig, LoggerConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
 from zcp.errors import ConfigError
+from zcp.probe.metrics import BUILTIN_METRICS
 
+# conf/baselines.yaml's `detectors` (a test pins them equal): the baselines, then one zcp_<metric> per built-in metric
 DEFAULT_DETECTORS = ["ppl", "zlib", "mink5", "mink10", "mink20", "mink30", "mink50", "minkpp5", "minkpp10",
                      "minkpp20", "minkpp30", "minkpp50", "ref", "dpcc", "recon", "guided", "trap",
-                     "zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all"]
+                     *(f"zcp_{m}" for m in BUILTIN_METRICS)]
 
 
 @dataclass

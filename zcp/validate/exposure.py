@@ -16,7 +16,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zcp.probe.report import METRIC_LABEL, c_cont_text
+from zcp.probe.metrics import metric_label
+from zcp.probe.report import c_cont_text
 
 
 def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
@@ -100,7 +101,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path, metrics: tuple[str, ...] 
         ax.minorticks_off()
         ax.set_ylim(0.45, 1.02)
         ax.set_xlabel("exposure (paraphrase variants x SFT epochs)")
-        ax.set_title(f"C_cont({METRIC_LABEL.get(metric, metric)})")
+        ax.set_title(f"C_cont({metric_label(metric)})")
     axes[0][0].set_ylabel("C_cont")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(4, len(labels)), frameon=False)
@@ -115,7 +116,7 @@ def table(rows: list[dict[str, Any]], metrics: tuple[str, ...] = ("p_all", "p_fi
     """Markdown: one row per run, sorted by format and exposure."""
     metrics = tuple(m for m in metrics if any(f"FT/C/{m}/c_cont" in r for r in rows))
     head = ["format", "k", "epochs", "GRPO steps", "clean share", "CoT acc C before→after", "CoT acc U before→after"]
-    head += [f"C_cont {METRIC_LABEL.get(m, m)} C / U" for m in metrics]
+    head += [f"C_cont {metric_label(m)} C / U" for m in metrics]
     bases = sorted({r.get("base_model") or "" for r in rows})
     with_base = len(bases) > 1
     with_base_cc = any("base/C/p_all/c_cont" in r for r in rows)

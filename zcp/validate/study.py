@@ -24,6 +24,7 @@ from typing import Any
 
 from zcp import REPO_ROOT
 from zcp.core.io import read_json, read_jsonl, write_json
+from zcp.probe.metrics import BUILTIN_METRICS
 from zcp.probe.report import c_cont_text
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zcp.probe.report import METRIC_LABEL
+    from zcp.probe.metrics import metric_label
 
     metrics = list(dict.fromkeys(r["metric"] for rows in curves.values() for r in rows))
     fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(4.2 * max(1, len(metrics)), 3.6), squeeze=False)
@@ -218,7 +219,7 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
                 if rr:
                     ax.plot([r["ratio"] for r in rr], [r["c_cont"] for r in rr], style, marker="o", color=f"C{k}",
                             label=f"{cond} {split}")
-        ax.set_title(METRIC_LABEL.get(m, m))
+        ax.set_title(metric_label(m))
         ax.set_ylim(0.45, 1.02)
         ax.set_xlabel("share of the model's CoT kept (r)")
     axes[0][0].set_ylabel("C_cont")
@@ -235,7 +236,7 @@ def plot_truncation_conditions(curves: dict[str, list[dict[str, Any]]], path: st
 LEAK_KIND = {"verbatim": "Verbatim leak (k = 0: the originals)", "paraphrased": "Paraphrased leak (k paraphrases)",
              "sham": "Sham fine-tune (leak_fraction = 0: nothing of C leaked)"}
 # the lines of the exposure plot: every ZCP metric and one representative of each baseline family
-EXPOSURE_PLOT_DETECTORS = ("zcp_acc", "zcp_con", "zcp_p_first", "zcp_p_all", "ppl", "zlib", "mink20", "minkpp20",
+EXPOSURE_PLOT_DETECTORS = (*(f"zcp_{m}" for m in BUILTIN_METRICS), "ppl", "zlib", "mink20", "minkpp20",
                            "ref", "dpcc", "recon", "guided", "ppl[text=chat_answer]", "mink20[text=chat_answer]",
                            "minkpp20[text=chat_answer]", "ref[text=chat_answer]")
 

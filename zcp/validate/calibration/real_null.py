@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from zcp.core.io import stable_hash
+from zcp.probe.metrics import BUILTIN_METRICS, get_metric
 from zcp.validate.calibration.tests import (
-    BINARY_METRICS,
     COMBINED,
-    JOINT_METRICS,
     TESTS,
     all_pvalues,
     bonferroni,
@@ -55,7 +54,7 @@ def expand_paths(patterns: Iterable[str]) -> list[Path]:
 
 
 def _has_metric(rec: Mapping[str, Any], metric: str) -> bool:
-    from zcp.probe.prompts import metric_value
+    from zcp.probe.metrics import metric_value
 
     try:
         v = metric_value(dict(rec), metric)
@@ -71,7 +70,7 @@ def reference_draws(records: Iterable[Mapping[str, Any]], metrics: Sequence[str]
     Only metrics present in every reference record are kept (a run with probe.metrics=[p_first, p_all]
     has no acc); returns the groups and the metrics kept.
     """
-    from zcp.probe.prompts import metric_value
+    from zcp.probe.metrics import metric_value
 
     refs = [r for r in records if r.get("variant") == "reference"]
     kept = [mt for mt in metrics if refs and all(_has_metric(r, mt) for r in refs)]
@@ -111,7 +110,7 @@ class RealNullSettings:
     """Real-score nulls from detection records."""
 
     records: Sequence[str] = ()
-    metrics: Sequence[str] = JOINT_METRICS
+    metrics: Sequence[str] = BUILTIN_METRICS
     tests: Sequence[str] = TESTS
     replicates: int = 1000
     n_items: Sequence[int | None] = (None,)  # subsample items per replicate (None: all usable items)
@@ -169,7 +168,7 @@ def run_replicates(orig: Sequence[np.ndarray], refs: Sequence[Sequence[np.ndarra
     if bar is not None:
         bar.close()
     for k, mt in enumerate(metrics):
-        if mt in BINARY_METRICS and "permutation" in tests:  # the exact test's attainable size (library law)
+        if kind_of(mt) == "binary" and "permutation" in tests:  # the exact test's attainable size (library law)
             attain[mt] = np.array([[binary_null_law(orig[r][:, k], [x[:, k] for x in refs[r]]).attainable_size(a)
                                     for r in range(R)] for a in alphas])
     combined = {t: bonferroni([out[mt][t] for mt in metrics]) for t in tests}
@@ -268,7 +267,7 @@ def _source_label(path: Path, split: str) -> str:
 class BaseModelSettings:
     """Random item subsets of a benchmark, scored once by a real (uncontaminated) model."""
 
-    metrics: Sequence[str] = ("acc", "p_first", "p_all")  # con: a full-CoT generation per unit (slow on CPU)
+    metrics: Sequence[str] = tuple(m for m in BUILTIN_METRICS if not get_metric(m).needs_full_cot)  # con: a full-CoT generation per unit (slow on CPU)
     tests: Sequence[str] = TESTS
     subsets: int = 200
     subset_size: int = 100
@@ -284,7 +283,7 @@ def item_table(records: Iterable[Mapping[str, Any]], metrics: Sequence[str]
     Items are keyed by (split, original_id); items without an original record or without reference
     draws are left out.
     """
-    from zcp.probe.prompts import metric_value
+    from zcp.probe.metrics import metric_value
 
     orig: dict[tuple[str, str], list[float]] = {}
     refs: dict[tuple[str, str], list[tuple[int, list[float]]]] = defaultdict(list)

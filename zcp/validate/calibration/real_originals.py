@@ -39,6 +39,7 @@ import numpy as np
 
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
+from zcp.probe.metrics import BUILTIN_METRICS
 from zcp.validate.calibration.tests import (
     bonferroni,
     cell_rng,
@@ -85,7 +86,7 @@ class RealOriginalsSettings:
     sizes: Sequence[int] = (50, 100)
     subsets: int = 500
     null_pools: int = 100
-    metrics: Sequence[str] = ("acc", "con", "p_first", "p_all")
+    metrics: Sequence[str] = BUILTIN_METRICS
     B: int = 999
     alpha: float = 0.05
     reference_seed: int = 0
@@ -179,7 +180,7 @@ def version_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 
     Items with fewer draws (a builder short of values, a row left out for the context) are left out: the
     vectorised tests need the same m per item (counted by the caller)."""
-    from zcp.probe.prompts import metric_value
+    from zcp.probe.metrics import metric_value
 
     orig: dict[str, list[float]] = {}
     refs: dict[str, list[tuple[int, list[float]]]] = {}

@@ -16,7 +16,6 @@ import numpy as np
 from scipy import special as sps_special
 
 from zcp.validate.calibration.tests import (
-    BINARY_METRICS,
     COMBINED,
     EPS,
     REGIMES,
@@ -222,7 +221,7 @@ def joint_grid(j: JointSettings, spec: SimSpec, alphas: Sequence[float], seed: i
             rows.append(rate_row(p, alphas, part="a-joint", regime="joint", metric=COMBINED, test=t, m=m, n=n,
                                  accuracy=acc, discrete_limited=False))
         if "sign" in j.tests and "bootstrap" in j.tests:
-            p = bonferroni([per_metric[mt]["sign" if mt in BINARY_METRICS else "bootstrap"] for mt in data])
+            p = bonferroni([per_metric[mt]["sign" if kind_of(mt) == "binary" else "bootstrap"] for mt in data])
             rows.append(rate_row(p, alphas, part="a-joint", regime="joint", metric=COMBINED, test="sign+bootstrap",
                                  m=m, n=n, accuracy=acc, discrete_limited=False))
         if bar is not None:

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from zcp.core.io import stable_hash
+from zcp.probe.metrics import BUILTIN_METRICS, get_metric, is_metric
 
 TESTS = ("permutation", "ttest", "wilcoxon", "sign", "bootstrap")
 TEST_LABEL = {
@@ -30,8 +31,8 @@ TEST_LABEL = {
     "bootstrap": "paired bootstrap (old)",
 }
 REGIMES = ("binary", "symmetric", "skewed")
-JOINT_METRICS = ("acc", "con", "p_first", "p_all")
-BINARY_METRICS = ("acc", "con")
+JOINT_METRICS = ("acc", "con", "p_first", "p_all")  # what simulated.simulate_joint draws: its law is of these four
+BINARY_METRICS = tuple(m for m in BUILTIN_METRICS if get_metric(m).kind == "binary")  # acc, con (kind_of reads the table)
 COMBINED = "combined"
 EPS = 1e-12
 REL_TOL = 1e-9  # p <= alpha (1 + REL_TOL) rejects: a p equal to alpha up to rounding counts as reaching it
@@ -378,8 +379,10 @@ def bonferroni(pvals: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def kind_of(metric_or_regime: str) -> str:
-    """`binary` for acc/con and the binary regime, else `continuous`."""
-    return "binary" if metric_or_regime in (*BINARY_METRICS, "binary") else "continuous"
+    """`binary` for the binary regime and a metric the metric table calls binary (acc, con), else `continuous`."""
+    if metric_or_regime == "binary":
+        return "binary"
+    return get_metric(metric_or_regime).kind if is_metric(metric_or_regime) else "continuous"
 
 
 def rate_row(p: np.ndarray, alphas: Sequence[float], **fields: Any) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Importing the package registers the built-in detectors: ppl, zlib, mink/minkK, minkpp/minkppK
 (zcp.validate.detectors.likelihood), ref (reference_model), dpcc, recon and guided (reconstruction), trap (trap
-controls, MathTrap) and zcp_acc/zcp_con/zcp_p_first/zcp_p_all (zcp_gap: ZCP's item-level score from
-detection records).
+controls, MathTrap) and one zcp_<metric> per probe metric of zcp.probe.metrics (zcp_gap: ZCP's item-level
+score from detection records; zcp_acc/zcp_con/zcp_p_first/zcp_p_all for the built-in metrics).
 """
 
 from zcp.validate.detectors import dpcc, likelihood, reconstruction, reference_model, trap, zcp_gap  # noqa: F401 - registration

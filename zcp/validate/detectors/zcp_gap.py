@@ -1,13 +1,15 @@
-"""ZCP's item-level score from an existing detection run (`zcp_acc`, `zcp_con`, `zcp_p_first`, `zcp_p_all`).
+"""ZCP's item-level score from an existing detection run: one `zcp_<metric>` detector per probe metric.
 
 ZCP decides at the benchmark level; to compare it with item-level baselines by AUROC its per-item score is
 the item's zero-CoT gap: the original's metric minus the mean of its reference draws (repeated draws of an
 item counted once, as the ZCP test does: `zcp.probe.detect.distinct_draws`). Read from a detection run's
-records.jsonl (rows with `split`, `variant` "original"/"reference", `original_id`, and `correct`,
-`consistent`, `p_first`, `p_all`); no model access. Metrics: acc -> `correct`, con -> `consistent`.
+records.jsonl (rows with `split`, `variant` "original"/"reference", `original_id`, and the metric's record
+field); no model access. The detectors are generated from the metric table (zcp.probe.metrics): `zcp_acc`,
+`zcp_con`, `zcp_p_first`, `zcp_p_all` for the built-in metrics, and one for each metric registered later
+(`on_register`), labelled "ZCP gap (<metric label>)"; the record field and per-version value come from the table.
 
 Benchmark decision: ZCP's own test on that metric (the within-item permutation test over all reference
-draws, `zcp.probe.stats.paired_test`; exact for acc/con), p < alpha — one metric, without ZCP's Bonferroni
+draws, `zcp.probe.stats.paired_test`; exact for binary metrics), p < alpha — one metric, without ZCP's Bonferroni
 combination over metrics.
 """
 
@@ -21,19 +23,20 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.core.items import Item
+from zcp.probe.metrics import ProbeMetric, is_metric, metric_field, metric_names, metric_value, on_register
 from zcp.validate.detectors.base import Detector, DetectorContext, DetectorSpec, register_detector
 
-METRICS = ("acc", "con", "p_first", "p_all")
-LABELS = {"acc": "ZCP gap (Acc)", "con": "ZCP gap (Con)", "p_first": "ZCP gap (P_first)", "p_all": "ZCP gap (P_all)"}
+
+def _check_metric(metric: str) -> None:
+    if not is_metric(metric):
+        raise ValueError(f"metric must be one of {list(metric_names())}, not {metric!r}")
 
 
 def _item_versions(records: Sequence[dict[str, Any]], metric: str) -> dict[str, tuple[float, list[float]]]:
     """Per original item: (original's metric, its distinct reference draws' metrics), from one split each."""
     from zcp.probe.detect import distinct_draws
-    from zcp.probe.prompts import metric_value
 
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {list(METRICS)}, not {metric!r}")
+    _check_metric(metric)
     split_of: dict[str, str] = {}
     orig: dict[str, float] = {}
     refs: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -59,8 +62,7 @@ class ZCPGap(Detector):
     """Per-item ZCP gap read from detection records."""
 
     def __init__(self, metric: str = "p_all") -> None:
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {list(METRICS)}, not {metric!r}")
+        _check_metric(metric)
         self.metric = metric
 
     def skip_reason(self, ctx: DetectorContext, items: Sequence[Item] = ()) -> str | None:
@@ -69,8 +71,6 @@ class ZCPGap(Detector):
         reason = super().skip_reason(ctx, items)
         if reason:
             return reason
-        from zcp.probe.prompts import metric_field
-
         key = metric_field(self.metric)
         if not any(key in r for r in ctx.detection_records or [] if r.get("variant") == "original"):
             return f"the detection records hold no {self.metric} (not among that run's probe.metrics)"
@@ -105,6 +105,10 @@ class ZCPGap(Detector):
                 "p_value": float(res.p_value), "threshold": ctx.alpha}
 
 
-for _m in METRICS:
-    register_detector(DetectorSpec(f"zcp_{_m}", LABELS[_m], "records", frozenset({"detection_records"}), "zcp",
-                                   {"metric": _m}, cite="ZCP"))(ZCPGap)
+def _register(metric: ProbeMetric) -> None:
+    """The zcp_<name> detector of one probe metric (called for every metric of the table, now and later)."""
+    register_detector(DetectorSpec(f"zcp_{metric.name}", f"ZCP gap ({metric.label})", "records",
+                                   frozenset({"detection_records"}), "zcp", {"metric": metric.name}, cite="ZCP"))(ZCPGap)
+
+
+on_register(_register)
