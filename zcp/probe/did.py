@@ -5,12 +5,17 @@ mean over the item's reference draws. A base model that already scores higher on
 perturbations (special values, a reference builder's residual shift) has a gap of its own; what the audited
 model adds on top of it is the DiD, item-paired: gap_model(i) - gap_base(i).
 
-The test is the within-item permutation test with m = 1 on the two gaps: swapping the model and base labels
-of an item is a sign flip of its gap difference (zcp.probe.stats.paired_test, continuous kind, since a gap is a
-mean over draws even for binary metrics). One test over all reference draws, the seeds' Monte Carlo streams
-pooled; per seed, the same test on the seed's stream (and with stats.reference_draws=per_seed on the seed's
-share of the draws) for the stability display. The verdict per (split, variant) is Bonferroni over the
-metrics at stats.alpha, like ZCP's own verdict.
+The test is ZCP's own within-item permutation test on the per-version differences D = score_model -
+score_base (each version, the original and every reference draw both models scored, paired by draw): the DiD
+is the original's D minus the mean of its references' D, and relabelling which version is the original is
+exact whenever the versions are exchangeable for the two models jointly (no contamination in either: the
+null the calibration's exact-null pools build). An earlier sign-flip test of the per-item gap differences
+assumed the two gaps exchangeable with each other, which fails when the models differ in level or shape (a
+CoT-only fine-tune against its base: 21-27% rejections at alpha 0.05 on exact-null pools,
+docs/results/calibration.md). Continuous kind (a difference of binary scores takes -1, 0, 1). One test over all
+reference draws, the seeds' Monte Carlo streams pooled; per seed, the same test on the seed's stream (and with
+stats.reference_draws=per_seed on the seed's share of the draws) for the stability display. The verdict per
+(split, variant) is Bonferroni over the metrics at stats.alpha, like ZCP's own verdict.
 
 Used by the simulation (zcp.simulate.pipeline: the fine-tuned model against its base, `did.md`) and by an auditor's
 run_detect with `base_model.path` (zcp.probe.detect: `<out>/did.md` and summary.json's `did` block).
@@ -26,11 +31,11 @@ import numpy as np
 
 from zcp.core.io import read_jsonl
 from zcp.probe.detect import ORIGINAL, RECORDS, REFERENCE, DetectSettings, distinct_draws, item_draws
-from zcp.probe.metrics import metric_label
+from zcp.probe.metrics import metric_label, metric_value
 from zcp.probe.report import c_cont_text
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
-DID_TEST = "sign-flip permutation of per-item gap differences"
+DID_TEST = "within-item permutation of per-version model - base differences"
 
 
 def _variants(records: Sequence[dict[str, Any]], split: str) -> list[str]:
@@ -49,6 +54,40 @@ def item_gaps(records: Sequence[dict[str, Any]], split: str, variant: str, metri
     return {i: float(np.mean(s[i])) - float(np.mean(ref[i])) for i in s if i in ref}
 
 
+def _by_draw(records: Sequence[dict[str, Any]], metric: str) -> dict[str, dict[int, float]]:
+    """original_id -> {draw: score}."""
+    out: dict[str, dict[int, float]] = {}
+    for r in records:
+        out.setdefault(r["original_id"], {})[int(r["draw"])] = metric_value(r, metric)
+    return out
+
+
+def version_differences(model_records: Sequence[dict[str, Any]], base_records: Sequence[dict[str, Any]], split: str,
+                        variant: str, metric: str, pick: tuple[int, int] | None = None
+                        ) -> tuple[list[str], list[list[float]], list[list[float]]]:
+    """Per original item both models scored: the model - base difference of each of its `variant` rows and of
+    each reference draw both scored (paired by draw; with `pick` = (k, n_seeds) seed k's share of those draws, as
+    in zcp.probe.detect.item_draws). Returns (ids, original differences, reference differences)."""
+    def rows(recs: Sequence[dict[str, Any]], v: str) -> list[dict[str, Any]]:
+        out = [r for r in recs if r["split"] == split and r["variant"] == v]
+        return distinct_draws(out) if v == REFERENCE else out
+
+    om, ob = _by_draw(rows(model_records, variant), metric), _by_draw(rows(base_records, variant), metric)
+    rm, rb = _by_draw(rows(model_records, REFERENCE), metric), _by_draw(rows(base_records, REFERENCE), metric)
+    ids, orig, ref = [], [], []
+    for i in sorted(set(om) & set(ob) & set(rm) & set(rb)):
+        o = [om[i][d] - ob[i][d] for d in sorted(set(om[i]) & set(ob[i]))]
+        draws = sorted(set(rm[i]) & set(rb[i]))
+        if pick is not None and draws:
+            k, n_seeds = pick
+            draws = [d for j, d in enumerate(draws) if j % n_seeds == k] or [draws[k % len(draws)]]
+        if o and draws:
+            ids.append(i)
+            orig.append(o)
+            ref.append([rm[i][d] - rb[i][d] for d in draws])
+    return ids, orig, ref
+
+
 def did_rows(model_records: Sequence[dict[str, Any]], base_records: Sequence[dict[str, Any]], splits: Sequence[str],
              metrics: Sequence[str], settings: DetectSettings, *, variants: Sequence[str] | None = None,
              label: str = "ft") -> list[dict[str, Any]]:
@@ -64,28 +103,38 @@ def did_rows(model_records: Sequence[dict[str, Any]], base_records: Sequence[dic
     for split in splits:
         for variant in (list(variants) if variants is not None else _variants(model_records, split)):
             for metric in metrics:
-                def gaps(pick: tuple[int, int] | None, split: str = split, variant: str = variant,
-                         metric: str = metric) -> tuple[dict[str, float], dict[str, float]]:
-                    return (item_gaps(model_records, split, variant, metric, pick),
-                            item_gaps(base_records, split, variant, metric, pick))
+                def diffs(pick: tuple[int, int] | None, split: str = split, variant: str = variant,
+                          metric: str = metric) -> tuple[list[str], list[list[float]], list[list[float]]]:
+                    return version_differences(model_records, base_records, split, variant, metric, pick)
 
-                def test(g: tuple[dict[str, float], dict[str, float]], seed: int, metric: str = metric) -> TestResult:
-                    model, base = g
-                    ids = sorted(set(model) & set(base))
-                    return paired_test(metric, [model[i] for i in ids], [base[i] for i in ids], ids=ids,
-                                       B=settings.bootstrap_samples, seed=seed, kind="continuous")
+                def test(g: tuple[list[str], list[list[float]], list[list[float]]], seed: int) -> TestResult:
+                    ids, orig, ref = g
+                    return paired_test("diff", orig, ref, ids=ids, B=settings.bootstrap_samples, seed=seed,
+                                       kind="continuous")
 
-                g_all = gaps(None)
+                g_all = diffs(None)
                 streams = [test(g_all, seed) for seed in settings.seeds]
                 p = pooled_mc_pvalue(streams)
+                ids = g_all[0]
+
+                def gap_means(pick: tuple[int, int] | None, ids: list[str] = ids, split: str = split,
+                              variant: str = variant, metric: str = metric) -> tuple[float, float]:
+                    gm = item_gaps(model_records, split, variant, metric, pick)
+                    gb = item_gaps(base_records, split, variant, metric, pick)
+                    return (float(np.mean([gm[i] for i in ids])) if ids else float("nan"),
+                            float(np.mean([gb[i] for i in ids])) if ids else float("nan"))
+
                 per_seed = []
                 for k, seed in enumerate(settings.seeds):
-                    res = streams[k] if settings.reference_draws == "all" else test(gaps((k, n_seeds)), seed)
-                    per_seed.append({"seed": seed, key: res.s, "gap_base": res.s_ref, "did": res.diff,
+                    per_draws = settings.reference_draws != "all"
+                    res = streams[k] if not per_draws else test(diffs((k, n_seeds)), seed)
+                    g_m, g_b = gap_means((k, n_seeds) if per_draws else None)
+                    per_seed.append({"seed": seed, key: g_m, "gap_base": g_b, "did": res.diff,
                                      "p_value": res.p_value, "c_cont": res.c_cont})
                 main = streams[0]
-                rows.append({"split": split, "variant": variant, "metric": metric, "n": main.n, key: main.s,
-                             "gap_base": main.s_ref, "did": main.diff,
+                g_m, g_b = gap_means(None)
+                rows.append({"split": split, "variant": variant, "metric": metric, "n": main.n, key: g_m,
+                             "gap_base": g_b, "did": main.diff,
                              "did_std": float(np.std([q["did"] for q in per_seed], ddof=1)) if n_seeds > 1 else 0.0,
                              "p_value": p, "c_cont": c_cont(p), "test": DID_TEST, "per_seed": per_seed})
     return rows
@@ -148,18 +197,18 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     base model's name (model.api.model is cleared so it is not the audited model's). Local paths are checked
     here, before anything loads: a ConfigError names base_model.path or base_model.adapter.
     """
-    from zcp.config import check_model_path, to_dict
-    from zcp.config.model import model_config
-    from zcp.config.schemas import BaseModelConfig, validate
+    import dataclasses
 
-    bm = validate({"base_model": base_cfg})["base_model"] if base_cfg is not None else BaseModelConfig()
+    from zcp.config import check_model_path
+    from zcp.config.model import model_config
+    from zcp.config.schemas import BaseModelConfig, group_config
+
+    bm = group_config(BaseModelConfig, base_cfg, "base_model")  # a job's checked base_model, or built from a mapping
     if bm.path is None:
         return None
-    d = to_dict(model_cfg) if model_cfg is not None else {}
-    d.update(path=str(bm.path), adapter=bm.adapter, name=bm.name)
-    if d.get("backend") == "openai":
-        d["api"] = {**(d.get("api") or {}), "model": None}
-    mc = model_config(d, "base_model")
+    audited = model_config(model_cfg)  # a checked ModelConfig (None: the defaults)
+    api = dataclasses.replace(audited.api, model=None) if audited.backend == "openai" else audited.api
+    mc = audited.replace(path=str(bm.path), adapter=bm.adapter, name=bm.name, api=api)  # keeps model.<engine>
     if mc.backend != "openai":
         check_model_path(mc.path, "base_model.path")
         if mc.adapter:
@@ -226,7 +275,7 @@ def detect_did(base_mc: Any, datasets: Sequence[Any], probe: Any, out: Path, set
     base_out = Path(out) / BASE_DIR
     backend = build_backend(base_mc)
     check_backend_metrics(backend, probe)
-    name = getattr(backend, "name", None)
+    name = backend.name
     detect(backend, datasets, probe, base_out, settings,
            extra={"output_dir": str(base_out), "base_model_of": summary.get("model")},
            title=f"ZCP on the base model {name}")

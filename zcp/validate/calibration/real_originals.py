@@ -276,16 +276,16 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
 def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
                    rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
                    m: int | None = None) -> dict[str, np.ndarray]:
-    """Rejections of the DiD test (sign-flip permutation of the per-item gap difference, the simulation's and
-    run_detect's test) per metric and combined, for a model V and its base Vb on the same items and versions."""
+    """Rejections of the DiD test (the within-item permutation test on per-version model - base differences,
+    zcp.probe.did: the simulation's and run_detect's test) per metric and combined, for a model V and its base
+    Vb on the same items and versions."""
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
     X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
     Xb, Yb, _ = subset_versions(Vb, keys, picks, m or V.shape[1] - 1, label)
     out, ps = {}, []
     for k, mt in enumerate(metrics):
-        gap, gap_b = X[..., k] - Y[..., k].mean(axis=-1), Xb[..., k] - Yb[..., k].mean(axis=-1)
-        p = permutation_mc(gap, gap_b[..., None], B, rng, stop_above=alpha)
+        p = permutation_mc(X[..., k] - Xb[..., k], Y[..., k] - Yb[..., k], B, rng, stop_above=alpha)
         ps.append(p)
         out[mt] = rejects(p, alpha)
     out["combined"] = rejects(bonferroni(ps), alpha)
@@ -374,7 +374,7 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
     info["models"] = models
     rows: list[dict[str, Any]] = []
     for pname, raw in s.pools.items():
-        spec = PoolSpec(**dict(raw))
+        spec = raw if isinstance(raw, PoolSpec) else PoolSpec(**dict(raw))  # the job's checked PoolSpec
         metrics = list(spec.metrics or s.metrics)
         items = pool_items(spec)
         refs, rep = pool_references(items, spec, s, models)
