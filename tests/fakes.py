@@ -6,10 +6,10 @@ import math
 import re
 from collections.abc import Sequence
 
-from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
+from zcp.backends.base import Backend, GenerationRequest, ScoreRequest, ScoreResult
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     """Knows the answers of `memorised` questions; elsewhere it answers `wrong` or garbage.
 
     score: log-prob 0.9 per answer token for memorised questions, else 0.1 (or `p_of`).

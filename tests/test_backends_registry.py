@@ -62,13 +62,12 @@ def test_out_of_range_model_values_fail_naming_the_key(override, key):
 
 
 def test_registry_picks_engine_and_config_delegates(monkeypatch):
-    from zcp.backends import backend_names, build_backend, register_backend
+    from zcp.backends import Backend, backend_names, build_backend, register_backend
 
     assert {"hf", "vllm", "openai"} <= set(backend_names())
     built = {}
 
-    class Dummy:
-        name = "?"
+    class Dummy(Backend):
         fingerprint = "w"
 
     def builder(cfg, progress):

@@ -4,14 +4,20 @@ Implementations, chosen by `model.backend` through `zcp.backends.build_backend`:
 (`zcp.backends.hf.HFBackend`, transformers), `vllm` (`zcp.backends.vllm.VLLMBackend`) and `openai`
 (`zcp.backends.openai_api.OpenAIBackend`, any OpenAI-compatible server). The open-weights engines share
 `zcp.backends.tokenized.TokenizedBackend` (rendering with `chat_template_kwargs`, the token ids scored and
-generated from), so they write only `score` and `generate`. An API backend that cannot pre-fill the
-assistant turn reports `supports_prefill = False` and `supports_logprobs` as its endpoint allows.
+generated from), so they write only `score` and `generate`.
+
+What a job may ask of an engine besides `score` and `generate` is declared here, on `Backend`, with its
+default: an engine subclasses `Backend` and sets the capabilities it has (an API backend that cannot pre-fill
+the assistant turn sets `supports_prefill = False`, one whose endpoint returns no prompt log-probs
+`supports_logprobs = False` and `logprobs_unavailable` to say why). Jobs read these attributes directly, so a
+capability a job needs is one line here, never a `getattr` probe in the job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -83,22 +89,60 @@ class GenerationRequest:
 
 @runtime_checkable
 class Backend(Protocol):
-    """A model that can score continuations and generate text, in batches."""
+    """A model that can score continuations and generate text, in batches, and says what else it can do.
 
-    name: str
-    fingerprint: str  # what decides outputs besides the prompt (weights' content, rendering options); no secrets
-    chat_template_kwargs: dict[str, Any]  # passed to every chat-template render (Qwen3: enable_thinking=False)
-    supports_prefill: bool
-    supports_logprobs: bool
+    Subclass it: the defaults below are those of an engine that pre-fills and returns log-probs but has no
+    local tokenizer and does not say how it renders prompts; set what differs (as class attributes, instance
+    attributes or properties). `zcp.backends.build_backend` refuses an engine that is neither a subclass nor
+    declares every member.
+    """
+
+    name: str = "model"  # set by build_backend to model.name (else the folder name)
+    fingerprint: str = ""  # what decides outputs besides the prompt (weights' content, rendering options); no secrets
+    # passed to every chat-template render (Qwen3: enable_thinking=False); read-only default
+    chat_template_kwargs: Mapping[str, Any] = MappingProxyType({})
+    supports_prefill: bool = True  # can continue a pre-filled assistant turn (the zero-CoT box)
+    supports_logprobs: bool = True  # `score` returns the continuation's token log-probs after such a prompt
+    logprobs_unavailable: str | None = None  # why p_first/p_all cannot run here (said in the refusal), else None
+    tokenizer: Any = None  # the model's local transformers tokenizer (token-unit cuts, EOS/BOS text), else None
+    context_length: int | None = None  # positions a probe may use; None: unknown (no overflow check)
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether `count_tokens` works (the probe's context check and token budgets use it): by default, whether
+        the engine implements it; an engine whose counting depends on its set-up overrides this."""
+        return type(self).count_tokens is not Backend.count_tokens
 
     def render(self, prompt: Prompt) -> str:
         """The exact text the model conditions on for `prompt` (what a record's prompt means)."""
-        ...
+        raise NotImplementedError(f"backend {self.name} does not say what text it conditions on")
+
+    def rendering(self) -> dict[str, Any]:
+        """How prompts become text, for run records (summary.json, run_meta.json): `kind` and its details."""
+        return {"kind": "unrecorded", "reason": f"backend {self.name} does not say how it renders prompts"}
+
+    def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+        """Token counts of rendered prompts (as generation sees them) and of bare texts; see `counts_tokens`."""
+        raise NotImplementedError(f"backend {self.name} cannot count tokens")
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Teacher-forced log-probabilities of each continuation, in request order."""
-        ...
+        raise NotImplementedError(f"backend {self.name} cannot score")
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
         """Generated text (after the prompt and prefix), in request order."""
-        ...
+        raise NotImplementedError(f"backend {self.name} cannot generate")
+
+
+# every member a job may read (the protocol's attributes and methods), what `missing_members` checks for
+MEMBERS: tuple[str, ...] = (*Backend.__annotations__, *(k for k, v in vars(Backend).items() if not k.startswith("_")
+                                                         and (callable(v) or isinstance(v, property))))
+
+
+def missing_members(backend: object) -> list[str]:
+    """The `Backend` members `backend` lacks (none for a subclass); read from the class and the instance's own
+    attributes, so no property runs (an API engine's `supports_logprobs` may send a request)."""
+    if Backend in type(backend).__mro__:
+        return []
+    own = getattr(backend, "__dict__", {})
+    return [m for m in MEMBERS if m not in own and not hasattr(type(backend), m)]

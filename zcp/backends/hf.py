@@ -59,9 +59,6 @@ class HFBackend(TokenizedBackend):
     `max_length`) are those of `TokenizedBackend`.
     """
 
-    supports_prefill = True
-    supports_logprobs = True
-
     def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_tokens: int = 16384,
                  max_batch_size: int = 64, gen_batch_size: int = 32, plain_template: str = "{user}\n{prefix}",
                  chat_template_kwargs: dict[str, Any] | None = None, chat: bool = True,

@@ -1,9 +1,11 @@
 """One factory for every job: `build_backend(model_cfg)` picks the engine named by `model.backend`.
 
-Engines register a builder `(ModelConfig, progress) -> Backend` under a name. The built-in ones are
-registered by module path and imported only when chosen, so `hf` never imports vLLM or openai and a
-machine without vLLM runs everything else. Detection, contamination, the simulation, ArithMark,
-calibration and the reference / paraphrase LLM pipelines all build their models here, so a model
+Engines register a builder `(ModelConfig, progress) -> Backend` under a name, with the dataclass of their
+own settings (`model.<name>.*`) when they have any. The built-in ones are registered by module path and
+imported only when chosen, so `hf` never imports vLLM or openai and a machine without vLLM runs everything
+else; their settings are the `vllm` and `api` groups of `zcp.config.model.ModelConfig`. Detection,
+contamination, the simulation, ArithMark, calibration and the reference / paraphrase LLM pipelines all
+build their models here, so a model
 config (`chat_template_kwargs`, `max_length`, LoRA adapter, engine settings) means the same in each.
 """
 
@@ -16,9 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zcp.config.model import BACKEND_NAMES, ModelConfig, add_engine_name, check_model_path, model_config
+from zcp.backends.base import Backend, missing_members
+from zcp.config.model import (
+    BACKEND_NAMES,
+    ModelConfig,
+    add_engine_name,
+    check_model_path,
+    model_config,
+    remove_engine_name,
+)
 
-Builder = Callable[[ModelConfig, bool], Any]
+Builder = Callable[[ModelConfig, bool], Backend]
 
 # name -> "module:function" (imported on first use) or the builder itself
 _REGISTRY: dict[str, str | Builder] = {
@@ -29,10 +39,28 @@ _REGISTRY: dict[str, str | Builder] = {
 assert set(BACKEND_NAMES) <= set(_REGISTRY)
 
 
-def register_backend(name: str, builder: Builder) -> None:
-    """Add an engine: `builder(model_config, progress)` returns an object with the `Backend` methods."""
+def register_backend(name: str, builder: Builder | str, settings: type | None = None) -> None:
+    """Add an engine: `model.backend=name` then builds it with `builder(model_config, progress)` (a callable, or
+    "module:function" imported when first chosen), which returns a `Backend` subclass instance.
+
+    `settings`: the engine's own settings, a dataclass whose fields carry the defaults (and whose
+    `__post_init__` checks ranges with `zcp.config.checks.check_value`). Its keys are `model.<name>.*`: composed
+    by Hydra (a misspelt key fails when composing), typed and checked by `validate` and `build_backend` (one
+    ConfigError line naming the key), and read by the builder as `model_config.<name>` (or
+    `model_config.settings()`). Register before the config is composed (import the engine's module first).
+    """
+    if name in BACKEND_NAMES:
+        raise ValueError(f"register_backend({name!r}): a built-in engine's name")
     _REGISTRY[name] = builder
-    add_engine_name(name)  # model.backend=name now validates
+    add_engine_name(name, settings)  # model.backend=name (and model.<name>.*) now validate
+
+
+def unregister_backend(name: str) -> None:
+    """Remove an engine added by `register_backend` (its name and settings group too)."""
+    if name in BACKEND_NAMES:
+        raise ValueError(f"unregister_backend({name!r}): a built-in engine")
+    _REGISTRY.pop(name, None)
+    remove_engine_name(name)
 
 
 def backend_names() -> list[str]:
@@ -85,7 +113,7 @@ def default_name(cfg: ModelConfig) -> str:
     return Path(path).name or path
 
 
-def build_backend(model_cfg: Any, progress: bool = False) -> Any:
+def build_backend(model_cfg: Any, progress: bool = False) -> Backend:
     """The engine a `model` config names (`model.backend`: hf | vllm | openai), checked and loaded.
 
     The config is validated first (unknown keys, ranges, paths: one-line ConfigError before any weights
@@ -95,12 +123,17 @@ def build_backend(model_cfg: Any, progress: bool = False) -> Any:
     """
     cfg = model_config(model_cfg)
     check_paths(cfg)
+    cfg.settings()  # a run-time engine's settings checked (their defaults when not given) before it loads
     backend = _builder(cfg.backend)(cfg, progress)
+    missing = missing_members(backend)
+    if missing:
+        raise TypeError(f"model.backend={cfg.backend}: the builder returned a {type(backend).__name__}, which lacks "
+                        f"{missing}; subclass zcp.backends.Backend (its defaults declare every capability)")
     backend.name = default_name(cfg)
     render = {k: v for k, v in (("chat_template_kwargs", cfg.chat_template_kwargs), ("chat", cfg.chat))
               if v != {"chat_template_kwargs": {}, "chat": True}[k]}
     if render:
-        backend.fingerprint = f"{getattr(backend, 'fingerprint', '')}|{json.dumps(render, sort_keys=True)}"
+        backend.fingerprint = f"{backend.fingerprint}|{json.dumps(render, sort_keys=True)}"
     return backend
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcp.backends.base import Prompt, ScoreRequest
+from zcp.backends.base import Backend, Prompt, ScoreRequest
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class ScoringEncoding:
         return len(self.prompt_ids) + len(self.continuation_ids)
 
 
-class TokenizedBackend:
+class TokenizedBackend(Backend):
     """Rendering and tokenisation shared by the engines; subclasses implement `score` and `generate`.
 
     `tokenizer`: a fast (tokenizers-backed) transformers tokenizer. `chat_template_kwargs` are passed to
@@ -71,11 +71,6 @@ class TokenizedBackend:
     template: by default the question, a newline, then the assistant prefix. `max_length` caps
     `context_length` below the model's positions (the model config's `max_length`).
     """
-
-    name: str = "model"
-    fingerprint: str = ""
-    supports_prefill = True
-    supports_logprobs = True
 
     def _init_tokenizer(self, tokenizer: Any, *, chat_template_kwargs: Mapping[str, Any] | None = None,
                         chat: bool = True, plain_template: str = "{user}\n{prefix}",
@@ -135,7 +130,12 @@ class TokenizedBackend:
         return None
 
     @property
-    def context_length(self) -> int | None:
+    def counts_tokens(self) -> bool:
+        """True with a local tokenizer (an API engine without one cannot count)."""
+        return self.tokenizer is not None
+
+    @property
+    def context_length(self) -> int | None:  # type: ignore[override]
         """Positions a probe may use: `max_length` when set (never above the model's), else the model's."""
         n = self.model_positions()
         if self.max_length:

@@ -38,9 +38,6 @@ _DTYPES = {"auto": "auto", "fp32": "float32", "float32": "float32", "bf16": "bfl
 class VLLMBackend(TokenizedBackend):
     """A vllm.LLM behind the `Backend` interface (see the module docstring)."""
 
-    supports_prefill = True
-    supports_logprobs = True
-
     def __init__(self, llm: Any, tokenizer: Any, *, name: str = "vllm", lora_path: str | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None, chat: bool = True,
                  max_length: int | None = None, progress: bool = False) -> None:

@@ -103,7 +103,8 @@ def conform(value: Any, tp: Any, key: str) -> Any:
 def build(cls: type, values: Mapping[str, Any], where: str) -> Any:
     """An instance of the schema `cls` from a mapping: every key known (`EXTRA_KEYS` too), every value of its
     field's type (a field's `metadata["schema"]` overrides its annotation), then the ranges of `__post_init__`.
-    `where` is the mapping's place ("" = the top level), named by every message."""
+    `where` is the mapping's place ("" = the top level), named by every message. A schema with
+    `KEEP_EXTRA_KEYS = True` gets its checked `EXTRA_KEYS` values as attributes (ModelConfig's run-time engines)."""
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     extra = getattr(cls, "EXTRA_KEYS", {})
@@ -111,10 +112,13 @@ def build(cls: type, values: Mapping[str, Any], where: str) -> Any:
         if k not in fields and k not in extra:
             raise ConfigError(unknown_key_message(where, str(k), [*fields, *extra]))
     kwargs: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     for k, v in values.items():
         key = f"{where}.{k}" if where else str(k)
         if k in extra:
-            conform(v, extra[k], key)
+            checked = conform(v, extra[k], key)
+            if getattr(cls, "KEEP_EXTRA_KEYS", False):
+                kept[k] = checked
             continue
         if _unset(v):
             continue  # the job reports a missing value itself (or keeps the interpolation)
@@ -122,11 +126,14 @@ def build(cls: type, values: Mapping[str, Any], where: str) -> Any:
     prefix = _message_prefix(cls)
     with key_alias(prefix, where) if prefix and where and prefix != where else contextlib.nullcontext():
         try:
-            return cls(**kwargs)
+            obj = cls(**kwargs)
         except TypeError as e:
             if "__init__()" not in str(e):  # a bug in a check, not a user's key
                 raise
             raise ConfigError(f"{where or 'config'}: {e}") from None
+    for k, v in kept.items():
+        setattr(obj, k, v)
+    return obj
 
 
 def _hints(cls: type) -> dict[str, Any]:

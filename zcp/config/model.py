@@ -1,7 +1,10 @@
 """Typed schema of the `model` config group (conf/model/*.yaml), registered in Hydra's ConfigStore.
 
 One dataclass for every engine: the keys shared by all (`backend`, `path`, `name`, `chat_template_kwargs`,
-`max_length`, per-model probe settings) and one sub-group per engine (`vllm`, `api`). An unknown or
+`max_length`, per-model probe settings) and one sub-group per engine: `vllm` and `api` for the built-in ones,
+and `model.<name>` for an engine registered at run time with its own settings dataclass
+(`zcp.backends.register_backend(name, builder, settings=cls)`, kept in `ENGINE_SETTINGS`): its keys are
+composed, typed and checked by that dataclass like the built-in groups', with no edit of this file. An unknown or
 misspelt key (`model.chat_template_kwarg=...`, `model.vllm.tensor_parallel=2`) fails when Hydra composes
 the config; ranges and choices fail in `__post_init__`, run by `zcp.config.schemas.validate` before any model
 loads. Model configs outside the group (ArithMark's `model:`, reference generators and judges,
@@ -10,12 +13,14 @@ loads. Model configs outside the group (ArithMark's `model:`, reference generato
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from zcp.config.checks import check_device, check_value
+from zcp.config.conform import build
 from zcp.errors import ConfigError
 
 BACKEND_NAMES = ("hf", "vllm", "openai")  # the built-in engines (zcp.backends.registry)
@@ -23,10 +28,52 @@ BACKEND_NAMES = ("hf", "vllm", "openai")  # the built-in engines (zcp.backends.r
 ENGINE_NAMES: list[str] = list(BACKEND_NAMES)
 
 
-def add_engine_name(name: str) -> None:
-    """Accept `model.backend=name` (called by zcp.backends.register_backend: engines registered at run time)."""
+# the settings dataclass of each engine registered at run time with one: `model.<name>.*` (ModelConfig.EXTRA_KEYS)
+ENGINE_SETTINGS: dict[str, type] = {}
+
+
+def add_engine_name(name: str, settings: type | None = None) -> None:
+    """Accept `model.backend=name` and, given `settings` (a dataclass whose fields carry the defaults), the keys
+    `model.<name>.*` it types (called by zcp.backends.register_backend: engines registered at run time).
+
+    The `model` group's schema in Hydra's ConfigStore is stored again with `<name>` as a sub-group, so
+    `model.<name>.key=value` composes (and a misspelt key fails when composing, as for `model.vllm.*`)."""
+    if settings is not None:
+        if not dataclasses.is_dataclass(settings) or not isinstance(settings, type):
+            raise TypeError(f"register_backend({name!r}): settings must be a dataclass, not {settings!r}")
+        if name in {f.name for f in fields(ModelConfig)}:
+            raise ValueError(f"register_backend({name!r}): model.{name} is already a key of the model config")
+        ENGINE_SETTINGS[name] = settings
+    else:
+        ENGINE_SETTINGS.pop(name, None)
     if name not in ENGINE_NAMES:
         ENGINE_NAMES.append(name)
+    store_model_schema()
+
+
+def remove_engine_name(name: str) -> None:
+    """Undo `add_engine_name` for a run-time engine (the built-in names stay)."""
+    if name in BACKEND_NAMES:
+        raise ValueError(f"{name} is a built-in engine")
+    ENGINE_SETTINGS.pop(name, None)
+    if name in ENGINE_NAMES:
+        ENGINE_NAMES.remove(name)
+    store_model_schema()
+
+
+def model_schema() -> type:
+    """The `model` group's composed schema: `ModelConfig`, plus a `<name>` sub-group per `ENGINE_SETTINGS` entry."""
+    if not ENGINE_SETTINGS:
+        return ModelConfig
+    extra = [(n, cls, field(default_factory=cls)) for n, cls in ENGINE_SETTINGS.items()]
+    return dataclasses.make_dataclass("ModelConfig", extra, bases=(ModelConfig,))
+
+
+def store_model_schema() -> None:
+    """Store `model_schema()` as option `schema` of the `model` group (what conf/model/*.yaml extend)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="model", name="schema", node=model_schema())
 
 API_ENDPOINTS = ("chat", "completions")
 API_LOGPROBS = ("auto", "echo", "none")
@@ -131,6 +178,31 @@ class ModelConfig:
     probe: ModelProbeSettings = field(default_factory=ModelProbeSettings)
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     api: APISettings = field(default_factory=APISettings)
+    # model.<name>: the settings of an engine registered at run time, checked by its dataclass and kept as the
+    # attribute `<name>` (zcp.config.conform.build keeps EXTRA_KEYS values for KEEP_EXTRA_KEYS schemas)
+    EXTRA_KEYS: ClassVar[dict[str, type]] = ENGINE_SETTINGS
+    KEEP_EXTRA_KEYS: ClassVar[bool] = True
+
+    def __getattr__(self, name: str) -> Any:
+        """`cfg.<name>` of a run-time engine with settings, when the config did not set them: their defaults."""
+        settings = ENGINE_SETTINGS.get(name) if not name.startswith("_") else None
+        if settings is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.__dict__[name] = build(settings, {}, f"model.{name}")
+        return value
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """`dataclasses.replace` that keeps the run-time engines' settings (attributes, not fields)."""
+        out = dataclasses.replace(self, **changes)
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if k in ENGINE_SETTINGS})
+        return out
+
+    def settings(self, engine: str | None = None) -> Any:
+        """The settings of `engine` (default: `backend`): `vllm`, `api`, a run-time engine's dataclass, or None."""
+        engine = engine or self.backend
+        if engine in ENGINE_SETTINGS:
+            return getattr(self, engine)
+        return {"vllm": self.vllm, "openai": self.api}.get(engine)
 
     def __post_init__(self) -> None:
         for key, cls in (("probe", ModelProbeSettings), ("vllm", VLLMSettings), ("api", APISettings)):
@@ -170,7 +242,12 @@ def model_config(model_cfg: Any, where: str = "model") -> ModelConfig:
     if isinstance(model_cfg, ModelConfig):
         return model_cfg
     d = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg or {})
-    return _build(ModelConfig, d, where)  # type: ignore[arg-type]
+    engines = {k: d.pop(k) for k in list(d) if k in ENGINE_SETTINGS}  # type: ignore[union-attr]
+    cfg = _build(ModelConfig, d, where)  # type: ignore[arg-type]
+    for name, values in engines.items():
+        check_value(values is None or isinstance(values, dict), f"{where}.{name}", values, "a mapping")
+        setattr(cfg, name, build(ENGINE_SETTINGS[name], values or {}, f"{where}.{name}"))
+    return cfg
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

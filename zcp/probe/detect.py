@@ -110,7 +110,7 @@ def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
 
 
 def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: ProbeConfig) -> str:
-    h = [getattr(backend, "name", ""), getattr(backend, "fingerprint", ""), repr(probe.__dict__)]
+    h = [backend.name, backend.fingerprint, repr(probe.__dict__)]
     h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
     return stable_hash("\n".join(map(str, h)), 32)
 
@@ -312,7 +312,7 @@ def fit_context(units: list[tuple[tuple[str, str, str, int], Item]], backend: Ba
     question of every version of the item by the same number of characters (`_truncate_fairly`), recorded
     per unit.
     """
-    limit = getattr(backend, "context_length", None)
+    limit = backend.context_length
     parts = position_parts(backend, [it for _, it in units], probe) if limit else None
     if not parts:
         return units, []
@@ -422,7 +422,7 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         # the backend's fingerprint (weights' content, rendering options) tells a later reader (the zcp_*
         # baselines) which model these records are of
         write_json(meta_path, {"fingerprint": fp, "n_units": len(units),
-                               "backend_fingerprint": str(getattr(backend, "fingerprint", "") or ""),
+                               "backend_fingerprint": str(backend.fingerprint or ""),
                                **({"rendering": {k: v for k, v in rendering.items() if k != "example_zero_cot"}}
                                   if rendering else {})})
     if on_ready is not None:
@@ -671,7 +671,7 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
     for f in flags:
         log.warning("%s", f["warning"])
     summary: dict[str, Any] = {
-        "model": getattr(backend, "name", None),
+        "model": backend.name,
         "metrics": list(probe.metrics),
         "seeds": list(settings.seeds),
         "bootstrap_samples": settings.bootstrap_samples,
@@ -731,11 +731,10 @@ def check_backend_metrics(backend: Backend, probe: ProbeConfig) -> None:
     wanted = needing(probe.metrics, "logprobs")
     if not wanted:
         return
-    if probe.mode == "api" or not getattr(backend, "supports_prefill", True) or \
-            not getattr(backend, "supports_logprobs", True):
-        why = getattr(backend, "logprobs_unavailable", None) or (
+    if probe.mode == "api" or not backend.supports_prefill or not backend.supports_logprobs:
+        why = backend.logprobs_unavailable or (
             "probe.mode=api asks for the instruction variant (no pre-fill)" if probe.mode == "api" else
-            f"backend {getattr(backend, 'name', '?')} cannot pre-fill the answer and return its token log-probs")
+            f"backend {backend.name} cannot pre-fill the answer and return its token log-probs")
         others = [m for m in metric_names() if not get_metric(m).needs_logprobs]
         raise ConfigError(f"probe.metrics={list(probe.metrics)}: {wanted} unavailable: {why}; only {'/'.join(others)} "
                           f"are available here: set probe.metrics=[{','.join(others)}]")

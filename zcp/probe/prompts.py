@@ -109,7 +109,7 @@ def answer_score_requests(prompts: Sequence[Prompt], answers: Sequence[str], cfg
 
 
 def _prefill(cfg: ProbeConfig, backend: Backend) -> bool:
-    return cfg.mode == "prefill" or (cfg.mode == "auto" and getattr(backend, "supports_prefill", True))
+    return cfg.mode == "prefill" or (cfg.mode == "auto" and backend.supports_prefill)
 
 
 def zero_cot_prompt(question: str, cfg: ProbeConfig, prefill: bool = True) -> Prompt:
@@ -133,15 +133,13 @@ def prompt_rendering(backend: Backend, cfg: ProbeConfig, example: Item | None = 
     (`prefill`: the assistant turn pre-filled with the zero-CoT prefix, or `api`: the instruction appended)
     and, given an item, `example_zero_cot`: its zero-CoT prompt exactly as the model sees it.
     """
-    how = getattr(backend, "rendering", None)
-    info: dict[str, Any] = dict(how()) if callable(how) else {
-        "kind": "unrecorded", "reason": f"backend {getattr(backend, 'name', '?')} does not say how it renders prompts"}
+    info: dict[str, Any] = dict(backend.rendering())
     prefill = _prefill(cfg, backend)
     info["probe_mode"] = "prefill" if prefill else "api"
-    render = getattr(backend, "render", None)
-    if example is not None and callable(render):
-        with contextlib.suppress(ValueError):  # a chat API that cannot take it says so when probing, not here
-            info["example_zero_cot"] = render(zero_cot_prompt(example.question, cfg, prefill))
+    if example is not None:
+        # a chat API that cannot take it says so when probing, not here; an engine may not say what it renders
+        with contextlib.suppress(ValueError, NotImplementedError):
+            info["example_zero_cot"] = backend.render(zero_cot_prompt(example.question, cfg, prefill))
     return info
 
 
@@ -172,9 +170,9 @@ def position_parts(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) ->
     (tokens of the full-CoT prompt) and `full_cot_budget` (`probe.full_cot_max_tokens`).
     `needed` is the larger of the two probes' totals; `needed_by` says which one ("zero-CoT" or "full-CoT").
     """
-    count = getattr(backend, "count_tokens", None)
-    if count is None or not items:
-        return None if count is None else []
+    if not backend.counts_tokens or not items:
+        return None if not backend.counts_tokens else []
+    count = backend.count_tokens
     prefill = _prefill(cfg, backend)
     z, ans = count([zero_cot_prompt(it.question, cfg, prefill) for it in items],
                    [scored_continuation(it.answer, cfg) for it in items])
@@ -250,7 +248,7 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
     """
     scored = needing(cfg.metrics, "logprobs")
     if scored:
-        if not prefill or not getattr(backend, "supports_logprobs", True):
+        if not prefill or not backend.supports_logprobs:
             need = needing(metric_names(), "logprobs")
             others = [m for m in metric_names() if m not in need]
             raise ValueError(f"{'/'.join(need)} need a backend with pre-fill and log-probabilities; "
@@ -311,7 +309,7 @@ def truncation_unit(backend: Backend, unit: str = "auto") -> str:
     """`tokens` when the backend exposes a tokenizer (and unit is auto or tokens), else `words`."""
     if unit not in TRUNCATION_UNITS:
         raise ValueError(f"truncation unit must be one of {list(TRUNCATION_UNITS)}, not {unit!r}")
-    has_tok = getattr(backend, "tokenizer", None) is not None
+    has_tok = backend.tokenizer is not None
     if unit == "tokens" and not has_tok:
         raise ValueError("truncation unit 'tokens' needs a backend with a tokenizer (e.g. HFBackend); use words")
     return "tokens" if has_tok and unit != "words" else "words"
@@ -361,7 +359,7 @@ def probe_truncated(backend: Backend, items: Sequence[Item], reasoning: Sequence
     """Probe records (acc via `correct`, p_first, p_all) with each item's (truncated) reasoning pre-filled
     before the final-answer prefix: one score and one generate call for all items. With empty reasoning
     the records equal `probe_items` on the same items (same prompts, same prompt hashes)."""
-    if not getattr(backend, "supports_prefill", True):
+    if not backend.supports_prefill:
         raise ValueError("the truncated-CoT probe pre-fills the assistant turn: the backend must support pre-fill")
     prompts = [truncated_cot_prompt(it.question, r, cfg) for it, r in zip(items, reasoning, strict=True)]
     recs: list[dict[str, Any]] = [

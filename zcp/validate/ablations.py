@@ -116,7 +116,7 @@ def full_cots(backend: Backend, units: list[tuple[tuple, Item]], probe: ProbeCon
 
 
 def _fit(backend: Backend, prompts_len: list[int], answer_len: list[int], probe: ProbeConfig) -> list[int]:
-    limit = getattr(backend, "context_length", None)
+    limit = backend.context_length
     if not limit:
         return [0] * len(prompts_len)
     tail = [max(a, probe.zero_cot_max_tokens) for a in answer_len]
@@ -148,8 +148,8 @@ def truncation_records(backend: Backend, units: list[tuple[tuple, Item]], cots: 
             for _, it in todo:
                 text, k, n = truncate_reasoning(cots[it.question]["reasoning"], ratio, points[it.question])
                 kept.append([text, k, n, 0])
-            count = getattr(backend, "count_tokens", None)
-            if count is not None and getattr(backend, "context_length", None):
+            count = backend.count_tokens
+            if backend.counts_tokens and backend.context_length:
                 from zcp.probe.prompts import scored_continuation, truncated_cot_prompt
 
                 for _ in range(64):  # shorten the few prompts that overflow, a unit at a time in steps
@@ -583,7 +583,7 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
         if "truncation" in which:
             backend = build_backend(model_cfg)
             units = units_of(inputs.datasets, ab.max_draws)
-            fp = stable_hash(json.dumps([getattr(backend, "fingerprint", ""), probe.__dict__, ab.unit,
+            fp = stable_hash(json.dumps([backend.fingerprint, probe.__dict__, ab.unit,
                                          [(k, it.question, it.answer) for k, it in units]], default=str), 32)
             meta = out / "run_meta.json"
             if meta.exists() and read_json(meta).get("fingerprint") != fp:

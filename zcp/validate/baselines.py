@@ -537,7 +537,7 @@ def baselines_locked(backend: Any, detectors: Sequence[Any], inputs: JobInputs, 
         except RunDirError:
             previous = {}  # a cut summary is rebuilt below; its other detectors are then named, not summarised
     blocks, skipped = run_blocks(backend, detectors, inputs, ctx, out)
-    summary = summarise(detectors, inputs, blocks, skipped, ctx, getattr(backend, "name", "model"))
+    summary = summarise(detectors, inputs, blocks, skipped, ctx, backend.name)
     add_other_detectors(summary, previous, detectors, inputs, blocks, ctx)
     summary["data_issues"] = inputs.issues
     write_json(out / SUMMARY, summary)

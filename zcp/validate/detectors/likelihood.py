@@ -69,11 +69,10 @@ def item_prompt(item: Item, text: str, prefix: str) -> Prompt:
 def document_prefix(backend: Backend) -> str:
     """What raw text is scored after: "" when the backend's tokenizer adds a BOS token, else its
     end-of-text (or BOS) token text, else a newline. Backends without a tokenizer get ""."""
-    tok = getattr(backend, "tokenizer", None)
-    encode = getattr(backend, "encode_prompts", None)
-    if tok is None or encode is None:
+    tok = backend.tokenizer
+    if tok is None or not backend.counts_tokens:
         return ""
-    if encode([Prompt(user="", chat=False)])[0]:
+    if backend.count_tokens([Prompt(user="", chat=False)])[0][0]:  # the empty prompt's ids: its special tokens
         return ""
     return tok.eos_token or tok.bos_token or "\n"
 

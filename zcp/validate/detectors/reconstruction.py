@@ -81,11 +81,10 @@ def rouge_l(scorer: Any, prediction: str, target: str) -> float:
 def token_budget(backend: Backend, prompts: Sequence[Prompt], max_new_tokens: int) -> int:
     """`max_new_tokens`, lowered so the longest prompt plus the budget fits the model's context (when the
     backend says its context length and can count prompt tokens); at least 1."""
-    limit = getattr(backend, "context_length", None)
-    count = getattr(backend, "count_tokens", None)
-    if not limit or count is None or not prompts:
+    limit = backend.context_length
+    if not limit or not backend.counts_tokens or not prompts:
         return max_new_tokens
-    longest = max(count(prompts)[0])
+    longest = max(backend.count_tokens(prompts)[0])
     return max(1, min(max_new_tokens, int(limit) - longest))
 
 
