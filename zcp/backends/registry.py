@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from zcp.backends.base import Backend, missing_members
@@ -105,12 +104,7 @@ def check_paths(cfg: ModelConfig) -> None:
 
 def default_name(cfg: ModelConfig) -> str:
     """`name`, else (API) the served model's name, else the last component of `path`."""
-    if cfg.name:
-        return str(cfg.name)
-    if cfg.backend == "openai" and cfg.api.model:
-        return str(cfg.api.model)
-    path = str(cfg.path or "model").rstrip("/")
-    return Path(path).name or path
+    return cfg.display_name()  # defined once, in the schema
 
 
 def build_backend(model_cfg: Any, progress: bool = False) -> Backend:

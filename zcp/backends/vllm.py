@@ -88,7 +88,7 @@ class VLLMBackend(TokenizedBackend):
             engine["max_num_seqs"] = s.max_num_seqs
         if adapter:
             engine.update(enable_lora=True, max_lora_rank=s.max_lora_rank)
-        engine.update(s.engine_kwargs or {})
+        engine.update(s.engine_kwargs)  # a mapping (VLLMSettings checks it)
         llm = LLM(**engine)
         tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
         backend = cls(llm, tok, name=str(path), lora_path=adapter, max_length=max_length, **kwargs)

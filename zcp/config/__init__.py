@@ -120,14 +120,8 @@ def save_config(cfg: DictConfig, out_dir: Path) -> Path:
 
 
 def model_name(model_cfg: Any) -> str:
-    """`model.name`, else (model.backend=openai) `model.api.model`, else the last component of `model.path`."""
-    name = model_cfg.get("name") if model_cfg is not None else None
-    if name:
-        return str(name)
-    api = (model_cfg.get("api") if model_cfg is not None else None) or {}
-    if model_cfg is not None and model_cfg.get("backend") == "openai" and api.get("model"):
-        return str(api["model"])  # a served model: its name, not the (unused) local path
-    path = str(model_cfg.get("path") or "model").rstrip("/")
-    return Path(path).name or path
+    """`model.name`, else (model.backend=openai) `model.api.model`, else the last component of `model.path`
+    (zcp.config.model.ModelConfig.display_name, of a `model` config, a checked ModelConfig or None)."""
+    from zcp.config.model import model_config
 
-
+    return model_config(model_cfg).display_name()

@@ -21,6 +21,7 @@ from zcp.config.checks import (
 )
 from zcp.config.conform import MESSAGE_PREFIX, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
+from zcp.core.tracking import LoggerConfig  # the `logger` group, defined beside the tracker that reads it
 from zcp.errors import ConfigError
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, unknown_metrics
 from zcp.probe.stats import TESTS
@@ -212,7 +213,7 @@ class DataConfig:
     variant: str | None = None
     limit: int | None = None
     sample: int | None = None
-    sample_seed: Any = "${oc.select:seed,0}"
+    sample_seed: int = "${oc.select:seed,0}"  # type: ignore[assignment]  # the run's seed, else 0
     on_invalid: str = "error"
     on_duplicate: str = "error"  # a question repeated in the benchmark: error | merge (count it once)
     pair_by: str | None = None
@@ -227,9 +228,9 @@ class DataConfig:
     manifest: str | None = None
     missing_reference: str = "error"
     on_overflow: str = "error"  # a probe prompt longer than the model's context: error | skip | truncate
-    n: int | None = None  # format wordproblems: items generated
+    n: int | None = None  # format wordproblems, generated: items; null = 1000 (__post_init__; lets a run add +data.n=N)
     generator_seed: int | None = None  # generators: null = the run's seed
-    n_per_stage: int | None = None  # format arithmark: records per stage
+    n_per_stage: int | None = None  # format arithmark, generated: records per stage; null = 1000 (__post_init__)
     families: list[str] | None = None  # format wordproblems: families to generate (null: all)
     # evaluate/run_baselines.py (zcp.validate.detectors): a second file U beside `path` (= C), and the metadata the
     # guided-instruction detector names (Golchin & Surdeanu 2023)
@@ -253,9 +254,13 @@ class DataConfig:
                f"one of {list(OVERFLOW_POLICIES)}")
         check_value(self.pair_by is None or self.pair_by in PAIR_BY, "data.pair_by", self.pair_by,
                f"null or one of {list(PAIR_BY)}")
-        for key in ("limit", "sample", "n", "n_per_stage"):
+        for key in ("limit", "sample"):
             val = getattr(self, key)
             check_value(val is None or val >= 1, f"data.{key}", val, "null or >= 1")
+        for key in ("n", "n_per_stage"):
+            if getattr(self, key) is None:
+                setattr(self, key, 1000)
+            check_value(getattr(self, key) >= 1, f"data.{key}", getattr(self, key), "null (1000) or >= 1")
         check_value(self.limit is None or self.sample is None, "data.sample", self.sample,
                "null when data.limit is set (limit = the first N, sample = N at random: choose one)")
 
@@ -594,24 +599,6 @@ class EvalConfig:
         check_value(_num(self.max_new_tokens) >= 1, "eval.max_new_tokens", self.max_new_tokens, "an integer >= 1")
         check_value(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
         check_device(self.device, "eval.device")
-
-
-@dataclass
-class LoggerConfig:
-    """The `logger` group (conf/logger/*.yaml): Weights & Biases (zcp.core.tracking)."""
-
-    enabled: bool = True
-    mode: str = "offline"  # online | offline | disabled (WANDB_MODE=disabled wins)
-    project: str = "zcp"
-    entity: str | None = None
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-    log_records: bool = False  # per-item records include reference-set answers, the auditor's private asset
-    verbose: bool = False  # true (or -v): library output (W&B banners, warnings) on the console (zcp.core.console)
-
-    def __post_init__(self) -> None:
-        check_value(self.mode in ("online", "offline", "disabled"), "logger.mode", self.mode,
-                    "online, offline or disabled")
 
 
 @dataclass

@@ -108,6 +108,8 @@ class VLLMSettings:
                     self.max_model_len, "null or >= 1")
         check_value(self.max_lora_rank >= 1, "model.vllm.max_lora_rank", self.max_lora_rank, ">= 1")
         check_value(self.adapter_mode in ("merge", "lora"), "model.vllm.adapter_mode", self.adapter_mode, "merge or lora")
+        check_value(isinstance(self.engine_kwargs, dict), "model.vllm.engine_kwargs", self.engine_kwargs,
+                    "a mapping of vllm.LLM keyword arguments")
 
 
 @dataclass
@@ -222,6 +224,16 @@ class ModelConfig:
                     self.chat_template_kwargs, "a mapping (e.g. {enable_thinking: false})")
         if self.backend != "openai":  # a served model runs elsewhere: its device is not this machine's
             check_device(self.device, "model.device")
+
+    def display_name(self) -> str:
+        """The model's name in run dirs and reports: `name`, else (backend=openai) the served model's `api.model`,
+        else the last component of `path` ("model" for a config with neither name nor path)."""
+        if self.name:
+            return str(self.name)
+        if self.backend == "openai" and self.api.model:
+            return str(self.api.model)  # a served model: its name, not the (unused) local path
+        path = str(self.path or "model").rstrip("/")
+        return Path(path).name or path
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:

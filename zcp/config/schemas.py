@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from zcp.config.checks import (  # noqa: F401  (re-exported: the schemas' checks)
     check_device,
@@ -95,6 +95,8 @@ from zcp.config.jobs import (  # noqa: F401  (re-exported: every job root)
 )
 from zcp.errors import ConfigError
 
+T = TypeVar("T")
+
 
 def validate(cfg: Any, job: str | None = None) -> dict[str, Any]:
     """Check a composed config before anything is read or loaded; ConfigError (one line) names the key.
@@ -124,3 +126,25 @@ def validate(cfg: Any, job: str | None = None) -> dict[str, Any]:
         check_value(isinstance(sub, Mapping), group, sub, _describe(node))
         out[group] = build(node, sub, group)
     return out
+
+
+def group_config(cls: type[T], cfg: Any, where: str) -> T:
+    """One group's checked instance, for a library function that takes a group (`load_datasets(data)`).
+
+    `cfg` itself when it is already one (the group of a job's validated root: `validate(cfg, job=...)["__job__"]`),
+    else built from a mapping or DictConfig as `validate` builds it (resolved in its own tree; None: every
+    default). The defaults are the dataclass's: a default that is an interpolation (`DataConfig.sample_seed`,
+    `${oc.select:seed,0}`) and is not given resolves here, outside any run config, to its own fallback.
+    """
+    if isinstance(cfg, cls):
+        return cfg
+    values = plain(cfg) if cfg is not None else {}
+    check_value(isinstance(values, Mapping), where, values, _describe(cls))
+    obj = build(cls, values, where)
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if f.name not in values and isinstance(value, str) and "${" in value:
+            from omegaconf import OmegaConf
+
+            setattr(obj, f.name, OmegaConf.create({"value": value}).value)
+    return obj

@@ -2,25 +2,63 @@
 
 `logger.mode` is `offline` by default (nothing leaves the machine; `wandb sync` later), `disabled`
 in tests (also forced by WANDB_MODE=disabled), `online` when the user asks. `logger=none` turns it off.
+
+The `logger` group's schema, LoggerConfig, lives here beside the tracker that reads it (zcp.config.groups
+re-exports it and checks it with every job), so its defaults are defined once, in the dataclass.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from zcp.errors import ConfigError
+
+LOGGER_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class LoggerConfig:
+    """The `logger` group (conf/logger/*.yaml): Weights & Biases (zcp.core.tracking)."""
+
+    enabled: bool = True
+    mode: str = "offline"  # online | offline | disabled (WANDB_MODE=disabled wins)
+    project: str = "zcp"
+    entity: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    log_records: bool = False  # per-item records include reference-set answers, the auditor's private asset
+    verbose: bool = False  # true (or -v): library output (W&B banners, warnings) on the console (zcp.core.console)
+
+    def __post_init__(self) -> None:
+        if self.mode not in LOGGER_MODES:
+            raise ConfigError(f"logger.mode={self.mode!r}: must be online, offline or disabled")
+
+
+def logger_config(cfg: LoggerConfig | Mapping[str, Any] | None) -> LoggerConfig:
+    """The checked LoggerConfig of a `logger` config (a validated instance, a mapping, or None: the defaults)."""
+    if isinstance(cfg, LoggerConfig):
+        return cfg
+    values = dict(cfg or {})
+    known = {f.name for f in fields(LoggerConfig)}
+    unknown = sorted(str(k) for k in values if k not in known)
+    if unknown:
+        raise ConfigError(f"logger: unknown key(s) {unknown}; known: {sorted(known)}")
+    return LoggerConfig(**values)
 
 
 class Tracker:
     """A W&B run, or a no-op when logging is off. Always call `finish()` (or use as a context)."""
 
-    def __init__(self, cfg: Mapping[str, Any] | None, *, run_config: Mapping[str, Any] | None = None,
+    def __init__(self, cfg: LoggerConfig | Mapping[str, Any] | None, *, run_config: Mapping[str, Any] | None = None,
                  run_dir: str | None = None, job_type: str = "run", name: str | None = None) -> None:
-        cfg = dict(cfg or {})
+        settings = logger_config(cfg)
         if os.environ.get("WANDB_MODE") == "":  # an empty value makes wandb itself fail
             os.environ.pop("WANDB_MODE")
-        mode = os.environ.get("WANDB_MODE") or cfg.get("mode", "offline")
-        self.enabled = bool(cfg.get("enabled", True)) and mode != "disabled"
+        mode = os.environ.get("WANDB_MODE") or settings.mode
+        self.enabled = bool(settings.enabled) and mode != "disabled"
         self.run = None
         if not self.enabled:
             return
@@ -28,10 +66,10 @@ class Tracker:
 
         self._wandb = wandb
         self.run = wandb.init(
-            project=cfg.get("project", "zcp"),
-            entity=cfg.get("entity"),
-            group=cfg.get("group"),
-            tags=list(cfg.get("tags") or []),
+            project=settings.project,
+            entity=settings.entity,
+            group=settings.group,
+            tags=list(settings.tags),
             mode=mode,
             dir=run_dir,
             job_type=job_type,
