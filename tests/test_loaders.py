@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from zcp.benchmarks.loaders import load_benchmark, load_items, load_paired, save_items
 from zcp.core.items import Item
-from zcp.errors import DataError
-from zcp.probe.detect import load_datasets
+from zcp.errors import ConfigError, DataError
+from zcp.probe.datasets import load_datasets
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -361,8 +361,8 @@ def test_sample_is_a_seeded_random_draw(tmp_path):
     assert picks[0] != [f"i{k:02d}" for k in range(5)] and picks[0] != picks[1]
     (ds,), _ = load_datasets(_cfg(path=str(data), reference_path=str(ref), sample=5, sample_seed=0))
     assert [it.id for it in ds.originals] == picks[0]
-    with pytest.raises(DataError, match="not both"):
-        load_datasets(_cfg(path=str(data), reference_path=str(ref), sample=5, limit=5))
+    with pytest.raises(ConfigError, match=r"data\.sample=5: must be null when data\.limit is set"):
+        load_datasets(_cfg(path=str(data), reference_path=str(ref), sample=5, limit=5))  # DataConfig refuses both
 
 
 def test_skipped_rows_only_among_the_rows_considered(tmp_path):

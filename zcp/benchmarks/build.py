@@ -23,6 +23,7 @@ The reference set is the auditor's private asset: W&B gets counts and similarity
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -41,13 +42,6 @@ from zcp.errors import DataError
 log = logging.getLogger(__name__)
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None else value
-
-
 # -------------------------------------------------------------------------------------------- items
 
 
@@ -59,11 +53,11 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
     rows with file/row/reason, including repeated questions left out, source path or None when generated).
     """
     from zcp.benchmarks.loaders import check_duplicates, resolve_path
+    from zcp.config.schemas import DataConfig, group_config
 
-    fmt = str(_get(data_cfg, "format", "items"))
-    path = _get(data_cfg, "path")
-    limit = _get(data_cfg, "limit")
-    on_duplicate = str(_get(data_cfg, "on_duplicate", "error"))
+    d = group_config(DataConfig, data_cfg, "data")  # a job's checked `data`, or built from a mapping: its defaults
+    fmt, path, limit, on_duplicate = d.format, d.path, d.limit, d.on_duplicate
+    gen_seed = seed if d.generator_seed is None else d.generator_seed  # DataConfig.generator_seed: null = the run's
     skipped: list[dict[str, Any]] = []
     if fmt == "arithmark":
         from zcp.benchmarks import arithmark
@@ -71,17 +65,14 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
         if path:
             records = arithmark.load_arithmark(resolve_path(path))
         else:
-            records = arithmark.generate_arithmark(int(_get(data_cfg, "n_per_stage", 1000)),
-                                                   int(_get(data_cfg, "generator_seed", seed)))
+            records = arithmark.generate_arithmark(d.n_per_stage, gen_seed)
         items = check_duplicates([arithmark.arithmark_to_item(r) for r in records],
                                  str(resolve_path(path)) if path else None, on_duplicate,
                                  name=None if path else "the generated ArithMark benchmark", dropped=skipped)
     elif fmt == "wordproblems" and not path:
         from zcp.benchmarks.wordproblems import generate_word_problems
 
-        families = _get(data_cfg, "families")
-        items = generate_word_problems(int(_get(data_cfg, "n", 1000)), int(_get(data_cfg, "generator_seed", seed)),
-                                       families=list(families) if families else None)
+        items = generate_word_problems(d.n, gen_seed, families=list(d.families) if d.families else None)
         items = check_duplicates(items, None, on_duplicate, name="the generated word-problem benchmark",
                                  dropped=skipped)
     else:
@@ -89,9 +80,8 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
 
         if not path:
             raise DataError("data.path is required", field="data.path")
-        items = load_items(path, "items" if fmt == "wordproblems" else fmt, fields=dict(_get(data_cfg, "fields", {})),
-                           variant=_get(data_cfg, "variant"), on_invalid=str(_get(data_cfg, "on_invalid", "error")),
-                           skipped=skipped, on_duplicate=on_duplicate)
+        items = load_items(path, "items" if fmt == "wordproblems" else fmt, fields=dataclasses.asdict(d.fields),
+                           variant=d.variant, on_invalid=d.on_invalid, skipped=skipped, on_duplicate=on_duplicate)
         path = str(Path(resolve_path(path)).resolve())
     if limit is not None:
         items = items[: int(limit)]
@@ -101,8 +91,9 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
 def reference_method(method: str, data_cfg: Any, items: list[Item]) -> str:
     """Resolve `reference.method` (``auto``: from the data format and the items) against the builder registry."""
     from zcp.benchmarks.references.registry import resolve_method
+    from zcp.config.schemas import DataConfig, group_config
 
-    return resolve_method(method, items, str(_get(data_cfg, "format", "items")))
+    return resolve_method(method, items, group_config(DataConfig, data_cfg, "data").format)
 
 
 def reference_context(items: list[Item], seed: int, ref_cfg: Any = None, *, benchmark: list[Item] | None = None,
@@ -112,14 +103,15 @@ def reference_context(items: list[Item], seed: int, ref_cfg: Any = None, *, benc
     and the exclusions' report."""
     from zcp.benchmarks.references.exclusions import exclusion_keys
     from zcp.benchmarks.references.registry import BuildContext
+    from zcp.config.schemas import ReferenceBuildConfig, group_config
 
-    sources = _get(ref_cfg, "exclude", "auto")
-    sources = [sources] if isinstance(sources, str) else list(sources or [])
+    rc = group_config(ReferenceBuildConfig, ref_cfg, "reference")  # the defaults are ReferenceBuildConfig's
+    sources = [rc.exclude] if isinstance(rc.exclude, str) else list(rc.exclude)
     keys, report = exclusion_keys([*sources, *(extra_exclude or [])], benchmark or items)
-    opts = {k: _get(ref_cfg, k) for k in ("generator", "judges", "pipeline")}
+    opts = {"generator": rc.generator, "judges": rc.judges, "pipeline": rc.pipeline}
     ctx = BuildContext(seed=seed, benchmark=tuple(benchmark or items), exclude=keys,
-                       exclude_benchmark=str(_get(ref_cfg, "exclude_benchmark", "auto")).lower(),
-                       special_cases=str(_get(ref_cfg, "special_cases", "drop")), options=opts, backends=backends)
+                       exclude_benchmark=str(rc.exclude_benchmark).lower(), special_cases=rc.special_cases,
+                       options=opts, backends=backends)
     return ctx, report
 
 
@@ -237,17 +229,18 @@ def answer_shift(items: list[Item], refs: list[Item], max_digit_shift: float = 0
 def make_paraphraser(para_cfg: Any, backend: Any = None) -> Any:
     """The paraphraser of the `paraphrase` config (`name`, its options; `model` for the LLM one)."""
     from zcp.benchmarks.paraphrase import get_paraphraser
+    from zcp.config.schemas import ParaphraseConfig, group_config
 
-    name = str(_get(para_cfg, "name", "rules"))
-    opts = {k: v for k, v in dict(_get(para_cfg, "options", {})).items() if v is not None}
+    pc = group_config(ParaphraseConfig, para_cfg, "paraphrase")  # the defaults are ParaphraseConfig's
+    name = pc.name
+    opts = {k: v for k, v in pc.options.items() if v is not None}
     if name == "llm":
         if backend is None:
             from zcp.backends.registry import build_backend
 
-            model = _get(para_cfg, "model")
-            if model is None or not _get(model, "path"):
+            if pc.model is None or pc.model.get("path") in (None, "", "???"):  # ???: required, not given
                 raise ValueError("paraphrase=llm needs paraphrase.model.path (see conf/paraphrase/llm.yaml)")
-            backend = build_backend(model)
+            backend = build_backend(pc.model)
         opts["backend"] = backend
     return get_paraphraser(name, **opts)
 
@@ -269,32 +262,33 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
 
     from zcp.config import run_dir, save_config, to_dict, validate
 
-    if isinstance(cfg, DictConfig):
-        validate(cfg)  # the typed groups (data) in range before anything is read
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    # every key typed and in range before anything is read; the job reads the checked BuildDataJob (its dataclasses
+    # hold the defaults); the raw cfg only names and hashes the run dir and is saved as config.yaml
+    job = validate(cfg, job="build_data")["__job__"]
     from zcp.benchmarks.loaders import save_items
     from zcp.benchmarks.references.builders import progress
     from zcp.benchmarks.split import split_items
     from zcp.core.io import seed_everything, write_jsonl
     from zcp.core.tracking import Tracker
 
-    if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.create(cfg)
-    seed = int(_get(cfg, "seed", 0))
+    seed = job.seed
     seed_everything(seed)
-    data_cfg, ref_cfg, para_cfg, split_cfg = cfg.get("data"), cfg.get("reference"), cfg.get("paraphrase"), cfg.get("split")
-    out = run_dir(cfg, "build_data", str(_get(data_cfg, "name", "data")))
+    data_cfg, ref_cfg, para_cfg, split_cfg = job.data, job.reference, job.paraphrase, job.split
+    out = run_dir(cfg, "build_data", data_cfg.name)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out)
     t0 = time.time()
 
     items, skipped, source = load_dataset_items(data_cfg, seed)
     save_items(out / "items.jsonl", items)
-    manifest = split_items(items, seed, c_fraction=float(_get(split_cfg, "c_fraction", 0.5)),
-                           stratify_by=_get(split_cfg, "stratify_by"), source_path=source)
+    manifest = split_items(items, seed, c_fraction=split_cfg.c_fraction, stratify_by=split_cfg.stratify_by,
+                           source_path=source)
     manifest.save(out / "manifest.json")
 
-    method = reference_method(str(_get(ref_cfg, "method", "auto")), data_cfg, items)
-    m = int(_get(ref_cfg, "m", 1))
+    method = reference_method(ref_cfg.method, data_cfg, items)
+    m = ref_cfg.m
     ref_set, exclusions = build_reference_set(items, method, m, seed, ref_cfg, backends)
     refs = ref_set.rows(items) if ref_set is not None else []
     ref_rejections = ref_set.rejections if ref_set is not None else []
@@ -305,24 +299,21 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     if verdicts:
         write_jsonl(out / "reference_verdicts.jsonl", verdicts)
 
-    k = int(_get(para_cfg, "k", 6))
+    k = para_cfg.k
     para_items: list[Item] = []
     para_report: dict[str, Any] = {"paraphraser": None}
     para_rejections: list[dict[str, Any]] = []
-    if k > 0 and str(_get(para_cfg, "name", "rules")) != "none":
+    if k > 0 and para_cfg.name != "none":
         paraphraser = make_paraphraser(para_cfg, (backends or {}).get("paraphraser"))
-        which = str(_get(para_cfg, "split", "C"))
-        targets = items if which == "all" else manifest.subset(items, "C")
-        for it in progress(targets, f"paraphrase ({_get(para_cfg, 'name', 'rules')}, k={k})"):
+        targets = items if para_cfg.split == "all" else manifest.subset(items, "C")
+        for it in progress(targets, f"paraphrase ({para_cfg.name}, k={k})"):
             para_items.extend(paraphraser.paraphrase(it, k, seed))
         para_report, para_rejections = paraphraser.report(), paraphraser.rejections
     save_items(out / "paraphrases.jsonl", para_items)
     print(f"built {len(items)} items: {len({r.metadata.get('original_id') for r in refs})} with a reference "
           f"({len(refs)} rows, {len(ref_rejections)} items short of m={m}), {len(para_items)} paraphrases -> {out}")
 
-    shift_cfg = cfg.get("reference_shift")
-    shift = answer_shift(items, refs, float(_get(shift_cfg, "max_digit_shift", 0.05)),
-                         float(_get(shift_cfg, "max_size_shift", 0.10)))
+    shift = answer_shift(items, refs, job.reference_shift.max_digit_shift, job.reference_shift.max_size_shift)
     if builder_report.get("law") == "exact":
         # exact draws are i.i.d. with their originals: a pair's digits differ by chance, not by design; the
         # exchangeability check (a test, per feature) is the criterion, the shares stay as a description
@@ -345,7 +336,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     }
     report = {
         "seed": seed,
-        "data": {"name": _get(data_cfg, "name"), "format": _get(data_cfg, "format"), "path": source,
+        "data": {"name": data_cfg.name, "format": data_cfg.format, "path": source,
                  "sha256": sha256_file(source) if source else None},
         "counts": counts,
         "reference": {"method": method, "m": m, "coverage": len(covered) / len(items) if items else 0.0,
@@ -370,7 +361,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     report["output_dir"] = str(out)
     (out / "build_report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
 
-    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="build_data") as tracker:
+    with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="build_data") as tracker:
         flat = {f"counts/{k}": v for k, v in counts.items()}
         flat.update({f"reference/shift_{k}": shift.get(k) for k in ("larger", "smaller", "longer", "shorter")})
         flat.update({"reference/coverage": report["reference"]["coverage"],
@@ -380,7 +371,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
         tracker.summary({k: v for k, v in flat.items() if v is not None})
         tracker.table("paraphrase_similarity", [{"id": p.id, "rougeL": p.metadata["rougeL"], "bleu": p.metadata["bleu"]}
                                                 for p in para_items])
-        if bool(_get(cfg, "log_reference_to_wandb", False)):  # opt-in: the reference set is private
+        if job.log_reference_to_wandb:  # opt-in: the reference set is private
             tracker.table("reference", [{"id": r.id, "original_id": r.metadata["original_id"], "question": r.question,
                                          "answer": r.answer} for r in refs])
     return report

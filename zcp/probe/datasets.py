@@ -4,6 +4,7 @@ paired with their reference rows (and variants), rows left out counted with the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ log = logging.getLogger(__name__)
 
 def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, Any]]]:
     """Datasets named by a `data` config (one, or C and U when a manifest is given), and the data issues.
+
+    `data_cfg`: a checked zcp.config.groups.DataConfig (a validated job's `data`), or a mapping / DictConfig
+    built into one (zcp.config.schemas.group_config): every default is the dataclass's.
 
     Items are selected first (all, `data.limit` = the first N, or `data.sample` = N at random seeded by
     `data.sample_seed`, i.e. the run's `seed`; rows skipped by `data.on_invalid=skip`), then the
@@ -28,49 +32,46 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     identical to its data, answers read from a float-typed parquet column).
     """
     from zcp.benchmarks.loaders import field_map, load_benchmark, load_paired, resolve_path
-    from zcp.config import to_dict
+    from zcp.config.schemas import DataConfig, group_config
     from zcp.errors import DataError
 
-    d = to_dict(data_cfg)
-    if not d.get("reference_path"):
+    d = group_config(DataConfig, data_cfg, "data")  # the defaults are DataConfig's; choices checked there
+    if not d.reference_path:
         raise ValueError("data.reference_path is required: the perturbed reference set of the benchmark")
-    on_missing = d.get("missing_reference", "error")
-    if on_missing not in ("error", "skip"):
-        raise ValueError(f"data.missing_reference must be error or skip, not {on_missing!r}")
-    fmt = d.get("format") or "items"
-    fields = field_map(d.get("fields"), where="data.fields")
+    on_missing = d.missing_reference
+    fmt = d.format
+    fields = field_map(dataclasses.asdict(d.fields), where="data.fields")
 
     def own_fields(key: str, own_format: str) -> dict[str, str]:
         # a reference/variant file in the data's format reads the data's field names unless given its own
-        own = field_map(d.get(key), where=f"data.{key}")
+        own = field_map(getattr(d, key), where=f"data.{key}")
         return own or (fields if own_format == fmt else {})
 
-    bench = load_benchmark(d["path"], fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
-                           sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                           on_invalid=d.get("on_invalid", "error"), on_duplicate=d.get("on_duplicate") or "error")
+    bench = load_benchmark(d.path, fmt, fields=fields, variant=d.variant, limit=d.limit, sample=d.sample,
+                           seed=d.sample_seed, on_invalid=d.on_invalid, on_duplicate=d.on_duplicate)
     issues: list[dict[str, Any]] = [*bench.skipped, *bench.warnings]
-    ref_format = d.get("reference_format") or "items"
-    reference = load_paired(d["reference_path"], bench, ref_format, fields=own_fields("reference_fields", ref_format),
-                            variant=d.get("reference_variant"), pair_by=d.get("pair_by"),
+    ref_format = d.reference_format
+    reference = load_paired(d.reference_path, bench, ref_format, fields=own_fields("reference_fields", ref_format),
+                            variant=d.reference_variant, pair_by=d.pair_by,
                             require_all=on_missing == "error", warnings=issues,
                             missing_key="data.missing_reference")
-    var_format = d.get("variant_format") or fmt
+    var_format = d.variant_format or fmt  # null: the data's format (DataConfig.variant_format)
     variants = {}
-    for name, path in (d.get("variant_paths") or {}).items():
+    for name, path in d.variant_paths.items():
         if not path:
             continue
-        prefix = d.get("variant_prefix") or (name if var_format == "zcp_release" else None)
+        prefix = d.variant_prefix or (name if var_format == "zcp_release" else None)  # null: the variant's name
         variants[name] = load_paired(path, bench, var_format, fields=own_fields("variant_fields", var_format),
-                                     variant=prefix, pair_by=d.get("pair_by"), require_all=False,
+                                     variant=prefix, pair_by=d.pair_by, require_all=False,
                                      what=f"'{name}' variant", warnings=issues)
     items = bench.items
     # items without a reference row (rejected by the reference builder): left out and listed in summary.json
-    issues += [{"file": str(d["reference_path"]), "id": it.id, "reason": "no reference row"}
+    issues += [{"file": str(d.reference_path), "id": it.id, "reason": "no reference row"}
                for it in items if it.id not in reference]
-    if d.get("manifest"):
+    if d.manifest:
         from zcp.benchmarks.split import Manifest
 
-        mpath = str(resolve_path(d["manifest"]))
+        mpath = str(resolve_path(d.manifest))
         manifest = Manifest.load(mpath)
         in_file, by_id = set(bench.ids), {it.id: it for it in items}
         groups = {}
@@ -81,7 +82,7 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
                                 f"{unknown[0]!r}", path=mpath, field="id")
             groups[split] = [by_id[i] for i in ids if i in by_id]  # the selected items, in manifest order
     else:
-        groups = {d.get("name") or Path(str(d["path"])).stem: items}
+        groups = {d.name or Path(str(d.path)).stem: items}
     out = []
     for split, selected in groups.items():
         sub = [it for it in selected if it.id in reference]
@@ -92,7 +93,7 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
         if not sub:  # before any model loads: a run with nothing to test is no result
             raise DataError(f"nothing left to test in {split}: none of its {len(selected)} selected item(s) has a "
                             "reference row (data.missing_reference=skip left them all out); give a reference set "
-                            "that covers the items", path=str(resolve_path(d["reference_path"])))
+                            "that covers the items", path=str(resolve_path(d.reference_path)))
         if out[-1].without_reference:
             log.warning("%s: %d of %d selected item(s) have no reference row and are left out "
                         "(data.missing_reference=skip); n = %d", split, len(out[-1].without_reference),

@@ -27,15 +27,16 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
     """
     from zcp.backends.registry import build_backend
-    from zcp.config import model_name, run_dir, save_config, to_dict, validate
+    from zcp.config import run_dir, save_config, to_dict, validate
     from zcp.core.io import model_fingerprint, seed_everything
     from zcp.core.tracking import Tracker
 
-    validate(cfg)  # ranges and choices of the typed groups (stats, run), before anything is read or loaded
-    seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(x) for x in cfg.seeds]  # [] is refused below
-    seed_everything(int(cfg.seed))
+    # every key typed and in range before anything is read or loaded; the job reads the checked DetectJob, whose
+    # dataclasses hold the defaults (the raw cfg only names and hashes the run dir, and is saved as config.yaml)
+    job = validate(cfg, job="detect")["__job__"]
+    seeds = [job.seed] if job.seeds is None else list(job.seeds)  # DetectJob.seeds: null = [seed]
+    seed_everything(job.seed)
     from zcp.backends.registry import check_paths
-    from zcp.config.model import model_config
     from zcp.probe.did import (
         DID_MD,
         base_model_config,
@@ -45,28 +46,26 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         without_null_base,
     )
 
-    mc = model_config(cfg.model)
+    mc = job.model
     check_paths(mc)  # before anything is read or loaded
-    base_mc = base_model_config(cfg.get("base_model"), cfg.model)  # base_model.path: checked here too; None: no DiD
+    base_mc = base_model_config(job.base_model, mc)  # base_model.path: checked here too; None: no DiD
     local = mc.backend != "openai"  # a served model has no local weights to fingerprint
     weights = {"model": model_fingerprint(mc.path) if local else None,
                "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
-    out = run_dir(without_null_base(cfg), "detect", str(cfg.data.get("name", "")), model_name(cfg.model),
-                  extra=weights)
-    settings = DetectSettings(seeds=seeds, bootstrap_samples=int(cfg.stats.bootstrap_samples),
-                              alpha=float(cfg.stats.alpha), test=str(cfg.stats.get("test", "permutation")),
-                              reference_draws=str(cfg.stats.reference_draws),
-                              chunk_size=int(cfg.run.chunk_size), progress=bool(cfg.run.progress),
-                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
+    out = run_dir(without_null_base(cfg), "detect", job.data.name, mc.display_name(), extra=weights)
+    settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
+                              test=job.stats.test, reference_draws=job.stats.reference_draws,
+                              chunk_size=job.run.chunk_size, progress=job.run.progress,
+                              on_overflow=job.data.on_overflow)
     probe = probe_config(cfg.probe, cfg.model)
-    datasets, skipped = load_datasets(cfg.data)
+    datasets, skipped = load_datasets(job.data)
     backend = build_backend(cfg.model)
     check_backend_metrics(backend, probe)
-    with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
+    with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
         summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
                          extra={"skipped_rows": [x for x in skipped if "warning" not in x],
                                 "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
-                         title=f"ZCP on {cfg.data.get('name')} — {model_name(cfg.model)}",
+                         title=f"ZCP on {job.data.name} — {mc.display_name()}",
                          on_ready=lambda: save_config(cfg, out))
         if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
             del backend  # the audited model leaves memory before the base model loads
@@ -75,7 +74,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
         if base_mc is not None:
             files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
-        if cfg.get("logger") and cfg.logger.get("log_records"):
+        if job.logger.log_records:
             files.append(str(out / RECORDS))
         tracker.artifact("detect-results", "zcp-detect", files)
     print((out / TABLE).read_text())

@@ -476,7 +476,7 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     builds them (`zcp.simulate.pipeline._references`, same draws count and seed), from a contamination run dir."""
     from zcp.benchmarks.loaders import load_items
     from zcp.benchmarks.split import Manifest
-    from zcp.config.schemas import validate
+    from zcp.config.schemas import SimulationJob, validate
     from zcp.errors import ConfigError
     from zcp.simulate.splits import simulation_splits
 
@@ -489,7 +489,8 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     det, st = checked["detect"], checked["stats"]
     items = load_items(str(root / "benchmark_items.jsonl"), format="items")
     manifest = Manifest.load(str(root / "manifest.json"))
-    ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", 0))
+    # detect.reference_seed null = the run's seed (a stored run config holds it; SimulationJob's default otherwise)
+    ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", SimulationJob.seed))
     groups, refs, _ = simulation_splits(cfg, items, manifest, run_dir=root)
     datasets = [DetectDataset(split, sub, {it.id: refs[it.id] for it in sub}) for split, sub in groups.items()]
     stats = stats or st
@@ -538,28 +539,28 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     from zcp.probe.datasets import load_datasets
     from zcp.probe.detect import probe_config
 
-    checked = validate(cfg)
-    ab = checked["ablation"]
-    which = list(cfg.ablations)
+    job = validate(cfg, job="ablations")["__job__"]  # the checked AblationsJob: its dataclasses hold the defaults
+    ab = job.ablation
+    which = list(job.ablations)
     bad = sorted(set(which) - set(ABLATIONS))
     if bad or not which:
         raise ConfigError(f"ablations={which}: choose a non-empty subset of {list(ABLATIONS)}")
-    seed_everything(int(cfg.seed))
-    if cfg.get("run_dir"):
-        inputs = inputs_from_run(str(cfg.run_dir), checked.get("stats"))
+    seed_everything(job.seed)
+    if job.run_dir:
+        inputs = inputs_from_run(job.run_dir, job.stats)
         model_cfg = {**to_dict(cfg.model), "path": inputs.model_path}
     else:
         needs_model = bool({"truncation", "full_cot"} & set(which))
-        if needs_model and not cfg.model.get("path"):
+        if needs_model and not job.model.path:
             raise ConfigError("run_dir or model.path (with data.path and data.reference_path) is required")
         model_cfg = to_dict(cfg.model)
-        st = checked["stats"]
-        datasets = load_datasets(cfg.data)[0] if needs_model else []
-        seeds = [int(cfg.seed)] if cfg.get("seeds") is None else [int(s) for s in cfg.seeds]
+        st = job.stats
+        datasets = load_datasets(job.data)[0] if needs_model else []
+        seeds = [job.seed] if job.seeds is None else list(job.seeds)  # AblationsJob.seeds: null = [seed]
         inputs = AblationInputs(datasets, str(model_cfg.get("path")), None,
                                 DetectSettings(seeds=seeds, bootstrap_samples=st.bootstrap_samples, alpha=st.alpha,
                                                test=st.test, reference_draws=st.reference_draws),
-                                {"data": str(cfg.data.get("path"))})
+                                {"data": str(job.data.path)})
     records_path = Path(ab.records) if ab.records else inputs.records_path
     records_problem = detection_records_problem(records_path, None if ab.records else inputs.records_note)
     if "sample_size" in which and records_problem:
@@ -571,13 +572,13 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     probe = probe_config(cfg.probe, model_cfg)  # the model's own probe settings (model.probe.*) over the group
     weights = {"model": model_fingerprint(model_cfg["path"]) if "truncation" in which else None,
                "records": stable_hash(records_path.read_text(), 16) if "sample_size" in which else None}
-    name = Path(str(cfg.run_dir)).name if cfg.get("run_dir") else \
+    name = Path(str(job.run_dir)).name if job.run_dir else \
         Path(str(model_cfg["path"])).name if "truncation" in which else records_path.parent.name  # type: ignore[union-attr]
     out = run_dir(cfg, "ablations", name, extra=weights)
     summary: dict[str, Any] = {"model": model_cfg.get("path"), "ablations": which, "source": inputs.source,
                                "output_dir": str(out)}
     recs_trunc: list[dict[str, Any]] = []
-    with RunLock(out), Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="ablations") as tr:
+    with RunLock(out), Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="ablations") as tr:
         save_config(cfg, out)
         metrics = list(ab.metrics)
         if "truncation" in which:

@@ -114,27 +114,29 @@ def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dic
     from omegaconf import OmegaConf
     from tqdm import tqdm
 
+    from zcp.config.schemas import validate
     from zcp.core.io import append_jsonl, read_jsonl, seed_everything, sha256_file, write_jsonl
     from zcp.core.tracking import Tracker
 
-    c = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    out = Path(c["output_dir"])
+    c = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)  # for W&B
+    job = validate(c, job="arithmark")["__job__"]  # the checked ArithMarkJob: its dataclasses hold the defaults
+    out = Path(str(job.output_dir))
     out.mkdir(parents=True, exist_ok=True)
-    if c.get("data_path"):
-        records = load_arithmark(c["data_path"])
+    if job.data_path:
+        records = load_arithmark(job.data_path)
     else:
-        records = generate_arithmark(int(c["n_per_stage"]), int(c["seed"]), tuple(c["stages"]))
+        records = generate_arithmark(job.n_per_stage, job.seed, tuple(job.stages))
     data_file = out / "arithmark.jsonl"
     write_jsonl(data_file, records)
     summary: dict[str, Any] = {"n_records": len(records), "data_file": str(data_file),
-                               "data_sha256": sha256_file(data_file), "seed": c["seed"]}
-    model = c.get("model") or {}
-    if backend is None and model.get("path"):
+                               "data_sha256": sha256_file(data_file), "seed": job.seed}
+    model = job.model
+    if backend is None and model.path:
         from zcp.backends.registry import build_backend  # lazy: torch/transformers only with a model
 
-        seed_everything(int(c["seed"]))  # generation has its own seeded streams; this covers the model
+        seed_everything(job.seed)  # generation has its own seeded streams; this covers the model
         backend = build_backend(model)
-    with Tracker(c.get("logger"), run_config=c, run_dir=str(out), job_type="arithmark") as tracker:
+    with Tracker(job.logger, run_config=c, run_dir=str(out), job_type="arithmark") as tracker:
         if backend is None:
             tracker.summary(summary)
             (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -146,13 +148,13 @@ def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dic
         done = {r["id"]: r for r in previous if hashes.get(r["id"]) == r.get("record_hash")}
         write_jsonl(pred_file, [done[r["id"]] for r in records if r["id"] in done])  # drop stale/partial rows
         todo = [r for r in records if r["id"] not in done]
-        chunk = max(1, int(c.get("chunk_size", 256)))
+        chunk = job.chunk_size  # >= 1 (ArithMarkJob)
         for start in tqdm(range(0, len(todo), chunk), desc="arithmark", unit="chunk"):
             rows = score_arithmark(backend, todo[start:start + chunk], batch_size=N_OPTIONS * chunk)
             append_jsonl(pred_file, rows)
             done.update((r["id"], r) for r in rows)
         result = summarize_arithmark([done[r["id"]] for r in records])
-        name = model.get("name") or (Path(model["path"]).name if model.get("path") else backend.name)
+        name = model.name or (Path(str(model.path)).name if model.path else backend.name)
         table = format_arithmark_table(result, name)
         summary.update(result, model=name)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -85,11 +85,10 @@ MIN_TPR_NEGATIVES = 20  # fewer U items than this cannot resolve a 5% FPR: TPR@5
 def check_config(cfg: Any) -> tuple[BaselinesConfig, dict[str, Any]]:
     """Typed checks before anything is read: groups (zcp.config.schemas.validate), the job's keys, every detector
     name and its params (ConfigError, one line naming the key). Returns the job config and detector params."""
-    from zcp.config import to_dict, validate
+    from zcp.config import validate
 
     job = validate(cfg, job="baselines")["__job__"]  # every key at every depth; detectors and params: __post_init__
-    d = to_dict(cfg)
-    params = {k: dict(v or {}) for k, v in (d.get("params") or {}).items()}
+    params = {k: dict(v or {}) for k, v in job.params.items()}  # a detector named without parameters: none
     return job, params
 
 
@@ -586,20 +585,19 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
 
     job, params = check_config(cfg)
     seed_everything(job.seed)
-    if cfg.get("run_dir"):
-        d = to_dict(cfg.data) if cfg.get("data") is not None else {}
+    if job.run_dir:
         given = [k for k in ("path", "u_path", "reference_path", "u_reference_path", "manifest", "limit", "sample")
-                 if d.get(k)]
+                 if job.data is not None and getattr(job.data, k)]
         if given:
-            raise ConfigError(f"run_dir={cfg.run_dir} takes C, U and references from the run; data.{given[0]} "
+            raise ConfigError(f"run_dir={job.run_dir} takes C, U and references from the run; data.{given[0]} "
                               "cannot be used with it")
-        ref_override = cfg.ref_model.get("path") if cfg.get("ref_model") is not None else None
-        inputs = inputs_from_run_dir(str(cfg.run_dir), ref_override)
+        ref_override = job.ref_model.path if job.ref_model is not None else None
+        inputs = inputs_from_run_dir(str(job.run_dir), ref_override)
     else:
-        check_model_path(cfg.model.get("path"), "model.path")
-        inputs = inputs_from_data(cfg)
-    if cfg.get("zcp_records"):
-        inputs.records_path = str(cfg.zcp_records)
+        check_model_path(job.model.path if job.model is not None else None, "model.path")
+        inputs = inputs_from_data(job)
+    if job.zcp_records:
+        inputs.records_path = str(job.zcp_records)
         inputs.detection_note = None
     detectors = [get_detector(n, **(params.get(n) or {})) for n in job.detectors]
     needs_ref = any("reference_model" in d.needs for d in detectors)
@@ -608,13 +606,13 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
     weights = {"model": model_fingerprint(inputs.model_path), "adapter": model_fingerprint(inputs.adapter),
                "ref": model_fingerprint(inputs.ref_path) if needs_ref else None}
     inputs.ref_fingerprint = model_fingerprint(inputs.ref_path) if inputs.ref_path else None
-    explicit = bool(cfg.get("zcp_records")) or list(job.detectors) != DEFAULT_DETECTORS
+    explicit = bool(job.zcp_records) or list(job.detectors) != DEFAULT_DETECTORS
     records = check_detection_records(
         inputs, detectors, explicit=explicit,
         audited=f"{weights['model'] or inputs.model_path}+{weights['adapter'] or inputs.adapter}",
-        run=Path(str(cfg.run_dir)) if cfg.get("run_dir") else None)
-    out = run_dir(cfg, "baselines", inputs.name, Path(inputs.model_path).name if cfg.get("run_dir")
-                  else model_name(cfg.model), extra=weights)
+        run=Path(str(job.run_dir)) if job.run_dir else None)
+    out = run_dir(cfg, "baselines", inputs.name, Path(inputs.model_path).name if job.run_dir
+                  else model_name(job.model), extra=weights)
     model_fp = [weights["model"] or inputs.model_path, weights["adapter"]]
     fp = _fingerprint(inputs, model_fp, job.seed)
     legacy = [(_legacy_fingerprint(inputs, model_fp, None, job.seed), None)]
@@ -630,21 +628,23 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
             meta = check_run_dir(out, fp, legacy)
             mcfg = to_dict(cfg.model)
             backend = build_backend({**mcfg, "path": inputs.model_path, "adapter": inputs.adapter},
-                                    progress=bool(cfg.get("progress", False)))
-            if cfg.get("run_dir"):
+                                    progress=job.progress)
+            if job.run_dir:
                 backend.name = f"{inputs.name}/model"
             ref_backend = None
             if needs_ref and inputs.ref_path:
-                rcfg = {**mcfg, **{k: v for k, v in (to_dict(cfg.ref_model) if cfg.get("ref_model") else {}).items()
-                                   if v is not None}, "path": inputs.ref_path, "adapter": None}
+                # the keys ref_model sets (not null, as the user wrote them) over the audited model's settings
+                overlay = to_dict(cfg.ref_model) if job.ref_model is not None else {}
+                rcfg = {**mcfg, **{k: v for k, v in overlay.items() if v is not None}, "path": inputs.ref_path,
+                        "adapter": None}
                 ref_backend = build_backend(rcfg)
-            d = to_dict(cfg.data) if cfg.get("data") is not None else {}
+            data = job.data
             ctx = DetectorContext(seed=job.seed, alpha=job.alpha, bootstrap_samples=job.bootstrap_samples,
-                                  ref_backend=ref_backend, dataset_name=d.get("dataset_name"),
-                                  split_name=d.get("split_name"), detection_records=records)
+                                  ref_backend=ref_backend, dataset_name=data.dataset_name if data else None,
+                                  split_name=data.split_name if data else None, detection_records=records)
             write_json(out / META, meta)
             save_config(cfg, out)
-            with Tracker(cfg.get("logger"), run_config=to_dict(cfg), run_dir=str(out), job_type="baselines") as tracker:
+            with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="baselines") as tracker:
                 summary = baselines_locked(backend, detectors, inputs, out, ctx, tracker)
                 used = records is not None or inputs.records_hash is not None  # a finished detection's records
                 summary.update({"records_path": inputs.records_path if used else None,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,53 +86,55 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
 def inputs_from_data(cfg: Any) -> JobInputs:
     """C (data.path) and optional U (data.u_path, or a data.manifest split), with optional references.
 
+    `cfg`: the job's checked BaselinesConfig, or a config with `data`, `model` and optional `ref_model`
+    (each built into its schema, zcp.config.schemas.group_config: the defaults are the dataclasses').
+
     A question repeated within a file, or in both C and U (one benchmark), is refused
     (`data.on_duplicate=error`) or kept once (`merge`: its first copy, C's when in both; the copies left
     out are listed with the data issues)."""
     from zcp.benchmarks.loaders import check_duplicates, field_map, load_benchmark, load_paired, resolve_path
     from zcp.benchmarks.split import Manifest
-    from zcp.config import to_dict
+    from zcp.config.model import ModelConfig
+    from zcp.config.schemas import DataConfig, group_config
 
-    d = to_dict(cfg.data)
-    if not d.get("path"):
+    d = group_config(DataConfig, getattr(cfg, "data", None), "data")
+    if not d.path:
         raise ConfigError("data.path is required (or run_dir=outputs/contaminate/<run>)")
-    fmt = d.get("format") or "items"
-    fields = field_map(d.get("fields"), where="data.fields")
-    on_duplicate = d.get("on_duplicate") or "error"
+    fmt = d.format
+    fields = field_map(dataclasses.asdict(d.fields), where="data.fields")
+    on_duplicate = d.on_duplicate
     issues: list[dict[str, Any]] = []
 
     def load(path: str, ref_path: str | None, name: str) -> tuple[Any, dict[str, list[Item]]]:
-        bench = load_benchmark(path, fmt, fields=fields, variant=d.get("variant"), limit=d.get("limit"),
-                               sample=d.get("sample"), seed=d.get("sample_seed") or 0,
-                               on_invalid=d.get("on_invalid", "error"), on_duplicate=on_duplicate)
+        bench = load_benchmark(path, fmt, fields=fields, variant=d.variant, limit=d.limit, sample=d.sample,
+                               seed=d.sample_seed, on_invalid=d.on_invalid, on_duplicate=on_duplicate)
         issues.extend([*bench.skipped, *bench.warnings])
         refs: dict[str, list[Item]] = {}
         if ref_path:
-            rf = d.get("reference_format") or "items"
-            own = field_map(d.get("reference_fields"), where="data.reference_fields") or (fields if rf == fmt else {})
-            refs = load_paired(ref_path, bench, rf, fields=own, variant=d.get("reference_variant"),
-                               pair_by=d.get("pair_by"), require_all=d.get("missing_reference", "error") == "error",
-                               warnings=issues)
+            rf = d.reference_format
+            own = field_map(d.reference_fields, where="data.reference_fields") or (fields if rf == fmt else {})
+            refs = load_paired(ref_path, bench, rf, fields=own, variant=d.reference_variant,
+                               pair_by=d.pair_by, require_all=d.missing_reference == "error", warnings=issues)
         return bench, refs
 
-    bench, refs = load(d["path"], d.get("reference_path"), "data")
+    bench, refs = load(d.path, d.reference_path, "data")
     files: dict[str, FileData] = {}
-    if d.get("manifest"):
-        if d.get("u_path"):
+    if d.manifest:
+        if d.u_path:
             raise ConfigError("data.manifest and data.u_path: give one way to name U")
-        manifest = Manifest.load(str(resolve_path(d["manifest"])))
+        manifest = Manifest.load(str(resolve_path(d.manifest)))
         by_id = {it.id: it for it in bench.items}
         for key, split, ids in (("data", "C", manifest.c_ids), ("u", "U", manifest.u_ids)):
             missing = [i for i in ids if i not in set(bench.ids)]
             if missing:
                 raise DataError(f"{len(missing)} id(s) of split {split} are not in data file {bench.path}, first "
-                                f"{missing[0]!r}", path=str(d["manifest"]), field="id")
+                                f"{missing[0]!r}", path=str(d.manifest), field="id")
             sub = [by_id[i] for i in ids if i in by_id]
             files[key] = FileData(key, f"{bench.path}#{split}", sub, {i.id: refs.get(i.id, []) for i in sub})
     else:
         files["data"] = FileData("data", bench.path, bench.items, refs)
-        if d.get("u_path"):
-            ub, urefs = load(d["u_path"], d.get("u_reference_path"), "u")
+        if d.u_path:
+            ub, urefs = load(d.u_path, d.u_reference_path, "u")
             # an id names one item: in C and in U it would be leaked and clean at once (U = C, or a U cut
             # from the same file with an overlap) and the AUROC of C vs U would measure nothing
             c_ids = set(bench.ids)
@@ -148,12 +151,12 @@ def inputs_from_data(cfg: Any) -> JobInputs:
                                 f"({bench.path}); C and U must be disjoint", path=ub.path, field="question")
             u_ids = {it.id for it in u_items}
             files["u"] = FileData("u", ub.path, u_items, {k: v for k, v in urefs.items() if k in u_ids})
-        elif d.get("u_reference_path"):
+        elif d.u_reference_path:
             raise ConfigError("data.u_reference_path is set without data.u_path")
-    m = cfg.model
-    ref = (to_dict(cfg.ref_model) if cfg.get("ref_model") is not None else {}).get("path")
-    return JobInputs(files, str(m.get("path")), m.get("adapter"), ref, None,
-                     str(d.get("name") or Path(str(d["path"])).stem), issues)
+    m = group_config(ModelConfig, getattr(cfg, "model", None), "model")
+    ref_model = getattr(cfg, "ref_model", None)  # null: no reference model unless a run dir names one
+    ref = group_config(ModelConfig, ref_model, "ref_model").path if ref_model is not None else None
+    return JobInputs(files, str(m.path), m.adapter, ref, None, str(d.name or Path(str(d.path)).stem), issues)
 
 
 # ------------------------------------------------------------------------------------------ detection records

@@ -194,7 +194,7 @@ def _llm_backends(opts: Any) -> dict[str, Any]:
     from zcp.backends.registry import build_backend
 
     gen_cfg, judge_cfgs = opts.get("generator"), list(opts.get("judges") or [])
-    if gen_cfg is None or not gen_cfg.get("path") or not judge_cfgs:
+    if gen_cfg is None or gen_cfg.get("path") in (None, "", "???") or not judge_cfgs:  # ???: required, not given
         raise ValueError("reference=llm needs reference.generator.path and at least one reference.judges[*].path "
                          "(see conf/reference/llm.yaml)")
     return {"generator": build_backend(gen_cfg), "judges": [build_backend(j) for j in judge_cfgs]}

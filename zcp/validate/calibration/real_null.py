@@ -310,18 +310,21 @@ def score_benchmark(cfg: Any, s: BaseModelSettings, datasets: Sequence[Any], ski
     """
     from zcp.backends.registry import build_backend
     from zcp.config import model_name, to_dict
+    from zcp.config.schemas import DataConfig, group_config
     from zcp.core.io import model_fingerprint
     from zcp.probe.detect import DetectSettings, collect_records, probe_config
+
+    data = group_config(DataConfig, cfg.data, "data")  # the job's data checked: DataConfig holds the defaults
 
     probe = probe_config(cfg.probe, cfg.model)
     probe.metrics = list(s.metrics)
     key = stable_hash(json.dumps({"model": to_dict(cfg.model), "weights": model_fingerprint(cfg.model.get("path")),
                                   "data": to_dict(cfg.data), "probe": repr(probe.__dict__)},
                                  sort_keys=True, default=str), 10)
-    out = Path(s.records_root) / f"{cfg.data.get('name') or 'data'}__{model_name(cfg.model)}__{key}"
+    out = Path(s.records_root) / f"{data.name}__{model_name(cfg.model)}__{key}"
     backend = build_backend(cfg.model)
     settings = DetectSettings(chunk_size=s.chunk_size, progress=progress,
-                              on_overflow=str(cfg.data.get("on_overflow") or "error"))
+                              on_overflow=data.on_overflow)
     overflow: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     records = collect_records(backend, datasets, probe, out, settings, overflow=overflow)

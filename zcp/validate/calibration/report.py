@@ -190,7 +190,7 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float],
     am = attainable_matrix(rows, a0)
     if am:
         out += [f"### Attainable size of the exact binary test at alpha = {a0:g} (mean over replicates; "
-                f"* = discrete-limited, below {info.get('discrete_below', 0.03):g})", "", am]
+                f"* = discrete-limited, below {info['discrete_below']:g})", "", am]
     for part, title in (("b", "(b) Real-score nulls (pseudo-original = a random reference draw)"),
                         ("c", "(c) Base model on random benchmark subsets (real originals vs references)")):
         rm = rate_matrix(rows, part, a0, [*TESTS, "sign+bootstrap"])
@@ -342,8 +342,9 @@ def plot_power(rows: Sequence[Mapping[str, Any]], path: str | Path, alpha: float
 
 
 def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float], info: Mapping[str, Any],
-                              config: Mapping[str, Any], out: str | Path) -> dict[str, Path]:
-    """table.md, summary.md, summary.json and the plots into `out`."""
+                              config: Mapping[str, Any], out: str | Path, *, plot_n: Sequence[int]) -> dict[str, Path]:
+    """table.md, summary.md, summary.json and the plots into `out`; `config` (the run's, resolved) goes into
+    summary.json, `plot_n` (the job's checked `plots.n`) are the n values drawn in type1.png."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     a0 = alphas[0]
@@ -375,7 +376,7 @@ def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequenc
     files["summary_json"] = out / "summary.json"
     files["summary_json"].write_text(json.dumps({"config": config, "info": info, "max_type1": max_type1(rows, a0),
                                                  "rows": list(rows)}, indent=1, default=str))
-    sim_ns = [int(n) for n in ((config.get("plots") or {}).get("n") or [10, 100])]
+    sim_ns = [int(n) for n in plot_n]
     p = plot_type1(rows, out / "type1.png", a0, sim_ns)
     if p is not None:
         files["type1"] = p
