@@ -6,14 +6,23 @@
 Every `import zcp.x` / `from zcp.x import y` anywhere in a module (top level or inside a function) is an edge
 from that module to zcp.x (to zcp.x.y when y is itself a module). A cycle is a strongly connected component of
 more than one module (or a module importing itself). Budgets: no cycle; no flat module in zcp/ but __init__,
-errors and at most two others; no file over 800 lines; inline config defaults (`.get("key", default)` on
-config objects: counted as `.get(` calls with a second argument in zcp/) at most 5, each listed.
+errors and at most two others; no file over 800 lines; inline config defaults at most 5, each listed and
+justified by a `# inline default: <why>` comment on its line or the line above.
+
+An inline config default is a default written in code for a config value, i.e. a second definition beside the
+schema dataclass's field (`inline_defaults` has the exact rule): `cfg.get("x", 3)`, `getattr(cfg, "x", 3)`,
+`cfg.get("x") or 3`, `3 if cfg.get("x") is None else ...` and the like, on a config object (a name such as
+cfg / c / job / *_cfg, a parameter typed as a config, or a local assigned from one); reads of records, summaries
+and other result files are not config and not counted. The fix is to read the validated dataclass
+(`validate(cfg, job=...)["__job__"]`, or `zcp.config.schemas.group_config` for one group), where the default is
+defined once.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -129,15 +138,239 @@ def long_files() -> list[tuple[str, int]]:
     return out
 
 
-def inline_defaults() -> list[str]:
-    """`.get(<key>, <default>)` calls with a non-None default in zcp/ (config reads with a default in code)."""
-    out = []
+# ------------------------------------------------------------------------------------- inline config defaults
+# A receiver is a config object when its root name (through attributes, subscripts, `.get(...)`, `x or {}` and the
+# converters below) is a config name: one matching CONFIG_NAME, a parameter annotated with a config type, or a local
+# name assigned from a config expression in the same function (or an enclosing one).
+CONFIG_NAME = re.compile(r"^(cfg|c|conf|config|settings|job|det|mc|.+_cfg|.+_conf|.+_config|.+_settings)$")
+CONFIG_TYPE = re.compile(r"\b(DictConfig|\w+Config|\w+Job|\w+Settings)\b")
+CONVERTERS = {"to_dict", "plain", "_plain", "to_container", "dict", "asdict", "vars", "model_config", "deepcopy"}
+JUSTIFIED = "# inline default:"
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name a config expression hangs from: `cfg` for cfg.data.get("x"), (cfg.get("run") or {}), to_dict(cfg)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return node.attr  # self.cfg.get(...): the attribute names the object
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        elif isinstance(node, ast.BoolOp):
+            node = node.values[0]
+        elif isinstance(node, ast.IfExp):
+            node = node.body
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr == "get":
+                node = f.value
+            elif ((isinstance(f, ast.Name) and f.id in CONVERTERS) or (isinstance(f, ast.Attribute)
+                  and f.attr in CONVERTERS)) and node.args:
+                node = node.args[0]
+            else:
+                return None
+        else:
+            return None
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _config_names(fn: ast.AST, inherited: set[str]) -> set[str]:
+    """Names bound to config objects in a function: any name matching CONFIG_NAME, parameters annotated with a
+    config type, and names assigned from a config expression."""
+    names = set(inherited)
+    names |= {n.id for n in _own_nodes(fn) if isinstance(n, ast.Name) and CONFIG_NAME.match(n.id)}
+    args = fn.args if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else None
+    if args is not None:
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            ann = ast.unparse(a.annotation) if getattr(a, "annotation", None) is not None else ""
+            if CONFIG_NAME.match(a.arg) or CONFIG_TYPE.search(ann):
+                names.add(a.arg)
+    assigns = [n for n in _own_nodes(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))]
+    changed = True
+    while changed:  # to a fixed point: `d = to_dict(data_cfg)`, then `f = d.get("fields") or {}`
+        changed = False
+        for n in assigns:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if n.value is None or _root(n.value) not in names:
+                continue
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id not in names:
+                    names.add(t.id)
+                    changed = True
+    return names
+
+
+def _own_nodes(fn: ast.AST) -> list[ast.AST]:
+    """The nodes of a function (or module) body, nested functions and classes excluded."""
+    out: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _config_get(node: ast.AST, names: set[str], nargs: int) -> bool:
+    """`<config>.get(key)` (nargs=1) / `<config>.get(key, default)` (nargs=2)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and len(node.args) == nargs and _root(node.func.value) in names)
+
+
+def _config_attr(node: ast.AST, names: set[str]) -> bool:
+    """A config attribute (`cfg.data.on_overflow`, `job.stats.alpha`)."""
+    return isinstance(node, ast.Attribute) and _root(node) in names
+
+
+def _schema_default(node: ast.AST) -> bool:
+    """A default read from the schema itself (`SimulationJob.seed`, `field_default(ExposureConfig, "k")`): the one
+    definition, used where a stored result file (an old run's config) is read raw; not a second default."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return bool(re.fullmatch(r"[A-Z]\w*(Config|Job|Settings)", node.value.id))
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "field_default"
+
+
+def _restated(node: ast.AST) -> bool:
+    """A literal fallback of a config attribute that restates a value ("error", 3, [0.05, 0.01]); an empty
+    container ({}, [], ()) only stands for "nothing" where an optional group or mapping is null."""
+    empty = isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) and not (
+        node.keys if isinstance(node, ast.Dict) else node.elts)
+    return _literal(node) and not empty
+
+
+def _literal(node: ast.AST) -> bool:
+    """A constant written in code (3, "error", [], {}, [0.05, 0.01]): a restated default, not a derived value."""
+    if isinstance(node, ast.Constant):
+        return node.value is not None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _literal(k) and _literal(v) for k, v in zip(node.keys, node.values, strict=True))
+    return isinstance(node, ast.UnaryOp) and _literal(node.operand)
+
+
+def _getters(tree: ast.AST) -> set[str]:
+    """Functions of a module that read a config with a default they are given (`def _get(cfg, key, default)` around
+    `cfg.get(key, default)` / `getattr(cfg, key, default)`): their call sites with a default count as hits."""
+    out = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(fn.args.args) < 3:
+            continue
+        obj, key, default = (a.arg for a in fn.args.args[:3])
+        for n in ast.walk(fn):
+            if not isinstance(n, ast.Call):
+                continue
+            call = ast.unparse(n)
+            if call in (f"{obj}.get({key}, {default})", f"getattr({obj}, {key}, {default})"):
+                out.add(fn.name)
+    return out
+
+
+def _hits_in(fn: ast.AST, names: set[str], getters: set[str] = frozenset()) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    for n in _own_nodes(fn):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in getters and len(n.args) == 3
+                and not _is_none(n.args[2])):
+            out.append(n)  # _get(data_cfg, "format", "items") through a module's getter helper
+        elif _config_get(n, names, 2) and not _is_none(n.args[1]) and not _schema_default(n.args[1]):
+            out.append(n)  # cfg.get("x", 3)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+              and len(n.args) == 3 and not _is_none(n.args[2]) and _root(n.args[0]) in names):
+            out.append(n)  # getattr(cfg, "x", 3)
+        elif (isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and not _is_none(n.values[-1])
+              and (_config_get(n.values[0], names, 1) or (_config_attr(n.values[0], names) and _restated(n.values[-1])))):
+            out.append(n)  # cfg.get("x") or <anything>, cfg.x or 3
+        elif isinstance(n, ast.IfExp) and _none_test(n.test) is not None:
+            read, is_none = _none_test(n.test)
+            fallback = n.body if is_none else n.orelse
+            if _config_get(read, names, 1) or (_config_attr(read, names) and _restated(fallback)):
+                out.append(n)  # 3 if cfg.get("x") is None else cfg.x
+        elif isinstance(n, ast.IfExp) and _config_get(n.test, names, 1) and not _is_none(n.orelse):
+            out.append(n)  # cfg.x if cfg.get("x") else 3
+        elif isinstance(n, (ast.If,)) and _fallback_if(n, names):
+            out.append(n)  # v = cfg.get("x") ... if v is None: v = 3
+    return out
+
+
+def _none_test(t: ast.AST) -> tuple[ast.AST, bool] | None:
+    """(x, True) for `x is None`, (x, False) for `x is not None`, else None."""
+    if (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Is, ast.IsNot))
+            and _is_none(t.comparators[0])):
+        return t.left, isinstance(t.ops[0], ast.Is)
+    return None
+
+
+def _fallback_if(node: ast.If, names: set[str]) -> bool:
+    """`if v is None: v = ...` / `if not v: v = ...` where v was assigned a config read (names ⊇ {v} via flow)."""
+    t = node.test
+    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Is) and _is_none(t.comparators[0]):
+        var = t.left
+    elif isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+        var = t.operand
+    else:
+        return False
+    if not (isinstance(var, ast.Name) and var.id in names and not CONFIG_NAME.match(var.id)):
+        return False
+    return any(isinstance(s, ast.Assign) and any(isinstance(x, ast.Name) and x.id == var.id for x in s.targets)
+               and _literal(s.value) for s in node.body)
+
+
+def _scope_hits(scope: ast.AST, inherited: set[str], getters: set[str]) -> list[ast.AST]:
+    """Hits in a module, function or class body and, recursively, in its nested scopes (a nested function sees its
+    enclosing function's config names; a class body starts afresh)."""
+    names = _config_names(scope, inherited)
+    hits = _hits_in(scope, names, getters)
+    for n in _own_nodes(scope):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            hits += _scope_hits(n, names, getters)
+        elif isinstance(n, ast.ClassDef):
+            hits += _scope_hits(n, set(), getters)
+    return hits
+
+
+def inline_defaults() -> list[tuple[str, str | None]]:
+    """Defaults written in code for config values in zcp/: (`path:line: code`, the justification or None).
+
+    Counted, the default not None: `<config>.get(key, default)`, `getattr(<config>, key, default)`,
+    `<config>.get(key) or default`, `default if <config read> is None else ...`, `... if <config>.get(key) else
+    default`, `v = <config read>` followed by `if v is None: v = <literal>` (or `if not v:`), and the call sites
+    with a default of a module's getter helper (`_getters`: `_get(data_cfg, "format", "items")`).
+
+    <config> is an expression hanging from a config name (`_root`, through attributes, subscripts, `.get`,
+    `x or {}` and converters such as to_dict): a name matching CONFIG_NAME (cfg, c, conf, config, settings, job,
+    det, mc, *_cfg, *_conf, *_config, *_settings), a parameter annotated with a config type (DictConfig,
+    *Config, *Job, *Settings), or a local assigned from a config expression (`d = to_dict(data_cfg)`).
+
+    Not counted: reads of records, summaries, manifests and other result files (summary.get, r.get, row.get);
+    a schema's own code (`self.path or "model"` in a dataclass method: the one definition); a default taken
+    from the schema (`_schema_default`: `cfg.get("seed", SimulationJob.seed)` on a stored run config); and, on
+    attributes of a validated config, a fallback that is not a restated literal (`_restated`): one derived from
+    other values (`api.model or path`, "null: the run's seed") is the schema's documented meaning of null, and
+    an empty container stands for "nothing" where an optional group is null.
+
+    A hit whose line (or the line above) carries `# inline default: <why>` is justified; every hit counts
+    toward the budget.
+    """
+    out: list[tuple[str, str | None]] = []
     for p in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(p.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                    and len(node.args) == 2 and not (isinstance(node.args[1], ast.Constant) and node.args[1].value is None)):
-                out.append(f"{p.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+        out += [(f"{p.relative_to(ROOT)}:{where}", why) for where, why in defaults_in(p.read_text(encoding="utf-8"))]
+    return out
+
+
+def defaults_in(text: str) -> list[tuple[str, str | None]]:
+    """The inline config defaults of one module's source: (`line: code`, the justification or None)."""
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    out: list[tuple[str, str | None]] = []
+    for n in sorted(_scope_hits(tree, set(), _getters(tree)), key=lambda n: (n.lineno, n.col_offset)):
+        near = lines[n.lineno - 1] + "\n" + (lines[n.lineno - 2] if n.lineno >= 2 else "")
+        why = near.split(JUSTIFIED, 1)[1].split("\n")[0].strip() if JUSTIFIED in near else None
+        out.append((f"{n.lineno}: {ast.unparse(n).splitlines()[0][:140]}", why))
     return out
 
 
@@ -156,10 +389,10 @@ def main() -> int:
         print("  " + " <-> ".join(c))
     print(f"flat modules besides __init__/errors: {len(flat)} {flat}")
     print(f"files over {MAX_LINES} lines: {len(long)} {long}")
-    print(f"inline .get defaults: {len(inline)}")
-    for line in inline:
-        print("  " + line)
-    bad = bool(cyc) or len(flat) > MAX_FLAT_EXTRA or bool(long) or len(inline) > MAX_INLINE_DEFAULTS
+    print(f"inline config defaults: {len(inline)} (budget {MAX_INLINE_DEFAULTS})")
+    for line, why in inline:
+        print(f"  {line}" + (f"  -- {why}" if why else "  -- NOT JUSTIFIED"))
+    bad = bool(cyc) or len(flat) > MAX_FLAT_EXTRA or bool(long) or len(inline) > MAX_INLINE_DEFAULTS or any(why is None for _, why in inline)
     return 1 if (args.strict and bad) else 0
 
 
