@@ -175,8 +175,8 @@ class ModelConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
     max_length: int | None = None  # positions a probe may use (null: the model's); vLLM's max_model_len default
     max_batch_tokens: int = 16384  # hf: padded tokens per forward pass
-    batch_size: int = 64  # hf: rows per scoring batch
-    gen_batch_size: int = 32  # hf: rows per generation batch
+    batch_size: int = 256  # hf: rows per scoring batch (what conf/model/tiny.yaml, every model config's base, sets)
+    gen_batch_size: int = 128  # hf: rows per generation batch (as tiny.yaml)
     probe: ModelProbeSettings = field(default_factory=ModelProbeSettings)
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     api: APISettings = field(default_factory=APISettings)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
+from zcp.config.groups import DataConfig, RunConfig, StatsConfig
 from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.errors import DataError, RunDirError
@@ -82,14 +83,15 @@ class DetectSettings:
     never separate tests of which any one may fire.
     """
 
+    # the defaults are the config groups' (stats, run, data.on_overflow): defined once, in the schemas
     seeds: Sequence[int] = (0,)
-    bootstrap_samples: int = 10_000  # B: Monte Carlo relabellings (permutation) or bootstrap samples, per seed
-    alpha: float = 0.05
-    test: str = "permutation"  # permutation | bootstrap (the paper's paired bootstrap, for fidelity)
-    reference_draws: str = "all"  # stability display per seed: all draws | per_seed (draws j with j mod n_seeds = k)
-    chunk_size: int = 64
-    progress: bool = True
-    on_overflow: str = "error"  # a prompt longer than the model's context: error | skip | truncate
+    bootstrap_samples: int = StatsConfig.bootstrap_samples  # B: Monte Carlo relabellings or bootstrap samples, per seed
+    alpha: float = StatsConfig.alpha
+    test: str = StatsConfig.test  # permutation | bootstrap (the paper's paired bootstrap, for fidelity)
+    reference_draws: str = StatsConfig.reference_draws  # stability display per seed: all | per_seed (j mod n_seeds = k)
+    chunk_size: int = RunConfig.chunk_size
+    progress: bool = RunConfig.progress
+    on_overflow: str = DataConfig.on_overflow  # a prompt longer than the model's context: error | skip | truncate
     overflow_key: str = "data.on_overflow"  # the config key messages name for on_overflow (the caller's own)
 
     def __post_init__(self) -> None:

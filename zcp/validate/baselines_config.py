@@ -12,7 +12,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from zcp.config.checks import check_value
-from zcp.config.groups import DataConfig, LoggerConfig
+from zcp.config.groups import DataConfig, LoggerConfig, StatsConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
 from zcp.errors import ConfigError
@@ -37,8 +37,8 @@ class BaselinesConfig:
     output_dir: Any = None  # null: outputs/baselines/<data>__<model>__<config hash>; rerun = resume
     detectors: list[str] = field(default_factory=lambda: list(DEFAULT_DETECTORS))
     params: dict[str, Any] = field(default_factory=dict)
-    alpha: float = 0.05  # level of the reference-set and guided-instruction tests
-    bootstrap_samples: int = 10_000  # Monte Carlo relabellings of those tests
+    alpha: float = StatsConfig.alpha  # level of the reference-set and guided-instruction tests (as stats.alpha)
+    bootstrap_samples: int = StatsConfig.bootstrap_samples  # Monte Carlo relabellings of those tests (as stats's B)
     zcp_records: Any = None  # a ZCP detection run's records.jsonl (zcp_* detectors)
     progress: bool = False  # the backend's progress bars
     # typed loosely for composition (each is its own group); zcp.config.schemas.validate checks them as `schema`

@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from zcp.config.groups import ExposureConfig
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
 
@@ -49,7 +50,8 @@ def run_arm(exposure: dict[str, Any]) -> str:
     """A run's arm from its exposure.json: "sham" (leak_fraction=0, nothing of C leaked) or "leak"."""
     if exposure.get("arm"):
         return str(exposure["arm"])
-    return "sham" if float((exposure.get("knobs") or {}).get("leak_fraction", 1.0)) == 0.0 else "leak"
+    knobs = exposure.get("knobs") or {}  # a run before leak_fraction existed leaked with the default
+    return "sham" if float(knobs.get("leak_fraction", ExposureConfig.leak_fraction)) == 0.0 else "leak"
 
 
 def exposure_level(row: dict[str, Any]) -> float:

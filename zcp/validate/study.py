@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp import REPO_ROOT
+from zcp.config.groups import StatsConfig
 from zcp.core.io import read_json, read_jsonl, write_json
 from zcp.probe.metrics import BUILTIN_METRICS
 from zcp.probe.report import c_cont_text
@@ -68,7 +69,7 @@ def zcp_rows(det_dir: str | Path, metrics: list[str]) -> list[dict[str, Any]]:
     summary = read_json(det / "summary.json")
     records = list(read_jsonl(det / "records.jsonl"))
     split_of = {r["original_id"]: r["split"] for r in records if r["variant"] == "original"}
-    alpha = float(summary.get("alpha", 0.05))
+    alpha = float(summary.get("alpha", StatsConfig.alpha))  # a detection's summary.json (an old one: the default)
     res = {(r["split"], r["metric"]): r for r in summary["results"] if r["variant"] == "original"}
     rows = []
     for metric in metrics:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from zcp.config.groups import StatsConfig
 from zcp.core.io import stable_hash
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric
 from zcp.validate.calibration.tests import (
@@ -271,7 +272,7 @@ class BaseModelSettings:
     tests: Sequence[str] = TESTS
     subsets: int = 200
     subset_size: int = 100
-    B: int = 10_000  # the library default: what a user meets
+    B: int = StatsConfig.bootstrap_samples  # the library default (stats.bootstrap_samples): what a user meets
     chunk_size: int = 256
     records_root: str = "outputs/calibration/records"
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
+from zcp.config.groups import StatsConfig
 from zcp.core.items import Item
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,8 @@ class DetectorContext:
     """
 
     seed: int = 0
-    alpha: float = 0.05
-    bootstrap_samples: int = 10_000
+    alpha: float = StatsConfig.alpha  # the defaults of the test settings are the stats group's
+    bootstrap_samples: int = StatsConfig.bootstrap_samples
     ref_backend: Backend | None = None
     dataset_name: str | None = None
     split_name: str | None = None
