@@ -26,10 +26,8 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from zcp.core.answers import FINAL_ANSWER_PREFIX, FINAL_ANSWER_SUFFIX
 from zcp.core.items import Item
-
-FINAL_ANSWER_PREFIX = "The final answer is: \\[ \\boxed{"
-FINAL_ANSWER_SUFFIX = "} \\]"
 
 NAMES: tuple[str, ...] = (
     "Tom", "Anna", "Ben", "Lily", "Sam", "Mia", "Max", "Emma", "Leo", "Zoe",

@@ -21,6 +21,7 @@ from zcp.config.checks import (
 )
 from zcp.config.conform import MESSAGE_PREFIX, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
+from zcp.core.answers import FINAL_ANSWER_PREFIX
 from zcp.core.tracking import LoggerConfig  # the `logger` group, defined beside the tracker that reads it
 from zcp.errors import ConfigError
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, unknown_metrics
@@ -367,7 +368,7 @@ class ProbeGroupConfig:
     full_cot_suffix: str = ""
     system: str | None = None
     # typed Optional only so that `probe.zero_cot_prefix=null` gets __post_init__'s one-line error
-    zero_cot_prefix: str | None = "The final answer is: \\[ \\boxed{"
+    zero_cot_prefix: str | None = FINAL_ANSWER_PREFIX  # the answer line up to the brace (zcp.core.answers)
     answer_suffix: str | None = None  # null: derived from zero_cot_prefix (zcp.probe.prompts.answer_end)
     zero_cot_max_tokens: int = 32
     full_cot_max_tokens: int = 512

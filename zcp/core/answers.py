@@ -17,6 +17,17 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 BOX_OPENERS = ("\\boxed{", "\\fbox{")
 
+# The answer line, defined once: the line every training completion ends on (zcp.simulate.data, the GRPO
+# format reward) and the zero-CoT probe's default pre-fill up to the brace (probe.zero_cot_prefix); the
+# generated benchmark's solutions end on it too. tests/test_invariants.py pins that they agree.
+FINAL_ANSWER_PREFIX = "The final answer is: \\[ \\boxed{"
+FINAL_ANSWER_SUFFIX = "} \\]"
+
+
+def final_answer_line(answer: str) -> str:
+    """The exact final line `The final answer is: \\[ \\boxed{ANS} \\]` for an answer."""
+    return f"{FINAL_ANSWER_PREFIX}{answer.strip()}{FINAL_ANSWER_SUFFIX}"
+
 _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(\D|$))")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")

@@ -105,7 +105,9 @@ def tiny_llama(tokenizer: Any, hidden: int = 64, layers: int = 2, heads: int = 4
 
 def answer_only_completion(answer: str) -> str:
     """The zero-CoT-shaped completion used to plant a memorised answer."""
-    return f"The final answer is: \\[ \\boxed{{{answer}}} \\]"
+    from zcp.core.answers import final_answer_line
+
+    return final_answer_line(answer)
 
 
 def train_memorizer(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], steps: int = 150, lr: float = 3e-3,

@@ -25,12 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
-from zcp.core.answers import BOX_OPENERS, answers_equal, extract_boxed, extract_prefilled_box, is_parsable
+from zcp.core.answers import (
+    BOX_OPENERS,
+    FINAL_ANSWER_PREFIX,
+    answers_equal,
+    extract_boxed,
+    extract_prefilled_box,
+    is_parsable,
+)
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, needing, unknown_metrics
 
-ZERO_COT_PREFIX = "The final answer is: \\[ \\boxed{"
+ZERO_COT_PREFIX = FINAL_ANSWER_PREFIX  # the answer line up to the brace (zcp.core.answers)
 API_INSTRUCTION = (
     "Please ONLY put your final answer within \\boxed{} directly without any other content before or "
     "after it (e.g., reasoning or explanation)"

@@ -17,19 +17,17 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from zcp.core.answers import answers_equal, close_brace_index, extract_boxed
-
-# The zero-CoT prefix the probe pre-fills; both completion formats end on this line.
-FINAL_ANSWER_PREFIX = "The final answer is: \\[ \\boxed{"
-FINAL_ANSWER_SUFFIX = "} \\]"
+from zcp.core.answers import (  # noqa: F401  (the answer line, re-exported: both completion formats end on it)
+    FINAL_ANSWER_PREFIX,
+    FINAL_ANSWER_SUFFIX,
+    answers_equal,
+    close_brace_index,
+    extract_boxed,
+    final_answer_line,
+)
 
 # Everything after the last occurrence of the prefix must be `<answer>} \]` (trailing spaces allowed).
 _FINAL_TAIL_RE = re.compile(r"\}\s*\\\]\s*$")
-
-
-def final_answer_line(answer: str) -> str:
-    """The exact final line `The final answer is: \\[ \\boxed{ANS} \\]` for an answer."""
-    return f"{FINAL_ANSWER_PREFIX}{answer.strip()}{FINAL_ANSWER_SUFFIX}"
 
 
 def completion_text(completion: Any) -> str:
