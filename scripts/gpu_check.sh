@@ -34,7 +34,7 @@
 #   8-minute budget. A GPU machine that can reach nothing outside needs --no-install with an environment
 #   prepared beforehand (or --wheels with the wheels carried there).
 #
-# Honesty: this script has been run here in --dry-run mode only (tests/test_gpu_check.py), and its Python
+# Honesty: this script has been run here in --dry-run mode only (tests/integration/test_gpu_check.py), and its Python
 # steps on CPU at toy size; it has NOT yet run on a GPU (no GPU machine was available when it was written).
 # The step time limits below are estimates, not measurements.
 set -u -o pipefail

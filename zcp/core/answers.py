@@ -19,7 +19,7 @@ BOX_OPENERS = ("\\boxed{", "\\fbox{")
 
 # The answer line, defined once: the line every training completion ends on (zcp.simulate.data, the GRPO
 # format reward) and the zero-CoT probe's default pre-fill up to the brace (probe.zero_cot_prefix); the
-# generated benchmark's solutions end on it too. tests/test_invariants.py pins that they agree.
+# generated benchmark's solutions end on it too. tests/integration/test_invariants.py pins that they agree.
 FINAL_ANSWER_PREFIX = "The final answer is: \\[ \\boxed{"
 FINAL_ANSWER_SUFFIX = "} \\]"
 

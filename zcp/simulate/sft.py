@@ -220,7 +220,7 @@ def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output
     """Train a fresh LoRA adapter on `records` and save it to `adapter_dir`; returns the PEFT model.
 
     Resumes from the newest checkpoint in `output_dir` when one exists. The base weights stay frozen
-    (only LoRA matrices train), which `tests/test_training.py` checks.
+    (only LoRA matrices train), which `tests/simulate/test_training.py` checks.
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
