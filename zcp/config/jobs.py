@@ -228,6 +228,7 @@ class PretrainBaseJob:
             check_value(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         check_value(self.lr > 0, "lr", self.lr, "> 0")
         check_value(self.hidden_size % self.num_heads == 0, "num_heads", self.num_heads, "a divisor of hidden_size")
+        check_value(bool(self.out_dir), "out_dir", self.out_dir, "a folder path (the shipped model: zcp/assets/base_model)")
 
 
 @dataclass

@@ -483,12 +483,14 @@ def run_pretrain_base(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Entry point of train/run_pretrain_base.py: pretrain with W&B logging per `cfg.logger`, print the result."""
     from omegaconf import DictConfig, OmegaConf
 
+    from zcp.config.schemas import PretrainBaseJob
     from zcp.core.tracking import Tracker
 
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     logger = c.pop("logger", None) or {"enabled": False}
     c.pop("hydra", None)
-    c["out_dir"] = str(Path(c.get("out_dir") or base_model_path()).resolve())
+    # checked by the entry point (PretrainBaseJob: a non-empty path, relative to where the command runs)
+    c["out_dir"] = str(Path(c.get("out_dir", PretrainBaseJob.out_dir)).resolve())
     with Tracker(logger, run_config=c, job_type="pretrain_base", name="pretrain_base") as tracker:
         recipe = pretrain_base_model(c, tracker=tracker)
     h = recipe["heldout"]

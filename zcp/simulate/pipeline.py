@@ -24,7 +24,7 @@ from typing import Any
 from zcp.backends.tokenized import TokenizedBackend
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
-from zcp.probe.detect import DetectDataset, DetectSettings, detect, probe_config
+from zcp.probe.detect import DetectDataset, DetectSettings, detect
 from zcp.probe.did import did_markdown, simulation_did
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text, plot_c_cont
@@ -128,18 +128,20 @@ def check_detection_stage(cfg: Any) -> dict[str, Any]:
     final references. Returns what it found (items, units, overflow) for the caller's log."""
     from zcp.probe.detect import check_testable, coverage, plan_units
     from zcp.simulate.contaminate import planned_manifest
+    from zcp.simulate.settings import sim_config
 
     c = _plain(cfg)
+    s = sim_config(c)
     items = _benchmark_items_for_check(c)
     check_reference_source(c, items)
     manifest = planned_manifest(c, items)
     datasets, _, missing, _ = detection_datasets(c, items, manifest)
     settings = detection_settings(c)
-    counter = token_counter(c.get("model") or {})
+    counter = token_counter(s.model)
     out: dict[str, Any] = {"items": len(items), "items_without_reference": len(missing)}
     if counter is None:
         return out
-    probe = probe_config(c.get("probe") or {}, c.get("model"))
+    probe = s.probe_settings
     units, overflow = plan_units(counter, datasets, probe, settings)
     check_testable(coverage(datasets, units), settings)
     return {**out, "units": len(units), "overflow": len(overflow)}
@@ -177,28 +179,28 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     from zcp.simulate.settings import sim_config
 
     c = _plain(cfg)
-    det = validate_detect(c)
+    s = sim_config(c)
+    det = s.detect
     settings = detection_settings(c)
     seeds = list(settings.seeds)
     m = int(det.m)
-    probe = probe_config(c.get("probe") or {}, c.get("model"))
+    probe = s.probe_settings
     items = load_benchmark(c)
     manifest = Manifest.load(result.manifest_path)
     datasets, refs, missing, ref_report = detection_datasets(c, items, manifest, result.leaked_ids, result.run_dir)
     groups = {ds.split: ds.originals for ds in datasets}
     models = {"FT": str(result.model_dir)}
     if det.base_model:
-        models["base"] = resolve_model_path(sim_config(c).model.path)
+        models["base"] = resolve_model_path(s.model.path)
     out_root = Path(result.run_dir) / "detect"
     shared_root = Path(result.run_dir).parent
     check_writable(out_root, key="the detection stage's dir")  # before a model loads
     if "base" in models:
         check_writable(shared_root, key="the shared base-model detection's dir")
     runs, summaries = {}, {}
-    mcfg = c.get("model") or {}
     for name, path in models.items():
         # the run's model config (engine, chat_template_kwargs, batch sizes) with this model's weights
-        backend = build_backend({**mcfg, "path": path, "adapter": None, "name": f"{name}:{Path(path).name}"})
+        backend = build_backend(s.model.replace(path=path, adapter=None, name=f"{name}:{Path(path).name}"))
         # A detection run is keyed by what decides its records (model content, items, references, probe
         # settings): new references (a newer reference builder) or probe settings get a new directory
         # instead of a refusal. The base model's detection depends on nothing else, so it is shared between
@@ -244,7 +246,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     }
     (out_root / "simulation_summary.json").write_text(json.dumps(sim, indent=2, default=str))
     with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
-                 name=f"{sim_config(c).name}-detect") as tr:
+                 name=f"{s.name}-detect") as tr:
         for name, s in summaries.items():
             tr.table(f"results/{name}", [{k: r[k] for k in ("split", "metric", "n", "s", "s_ref", "p_value", "c_cont")}
                                          for r in s["results"]])
@@ -279,11 +281,11 @@ def detect_shared(backend: Any, datasets: Sequence[DetectDataset], probe: Any, o
         return detect(backend, datasets, probe, out, settings, title=title)
 
 
-def validate_detect(c: dict[str, Any]) -> Any:
-    """The checked `detect` group (`zcp.config.schemas.SimDetectConfig`)."""
-    from zcp.config.schemas import validate
+def validate_detect(c: Any) -> Any:
+    """The checked `detect` group (`zcp.config.schemas.SimDetectConfig`, its defaults where not given)."""
+    from zcp.simulate.settings import sim_config
 
-    return validate({"detect": c.get("detect") or {}})["detect"]
+    return sim_config(c).detect
 
 
 def baselines_config(cfg: Any, run_dir: str | Path) -> Any:

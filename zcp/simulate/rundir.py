@@ -92,9 +92,13 @@ def _canonical(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _reads_data_group(cfg: Mapping[str, Any]) -> bool:
-    """Whether the benchmark comes from the `data` group (`benchmark.source=data`, no given C/U files)."""
-    split = cfg.get("split") or {}
-    return (cfg.get("benchmark") or {}).get("source") == "data" and not (split.get("c_path") and split.get("u_path"))
+    """Whether the benchmark comes from the `data` group (`benchmark.source=data`, no given C/U files).
+
+    Read from the fingerprint's plain values, not the validated groups: `_canonical` also reads the fingerprint
+    stored by an older run, whose keys may predate today's schema, and must not refuse it."""
+    # inline default: a group the plain fingerprint lacks reads as empty (nothing given), not a schema value
+    split, benchmark = cfg.get("split") or {}, cfg.get("benchmark") or {}
+    return benchmark.get("source") == "data" and not (split.get("c_path") and split.get("u_path"))
 
 
 def _config_fingerprint(cfg: Any) -> dict[str, Any]:

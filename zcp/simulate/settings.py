@@ -33,6 +33,8 @@ from zcp.config.schemas import (
     EvalConfig,
     ExposureConfig,
     LoggerConfig,
+    ProbeGroupConfig,
+    SimDetectConfig,
     SimParaphraseConfig,
     SimSplitConfig,
     SimulationJob,
@@ -195,6 +197,29 @@ class SimConfig:
     def paraphrase(self) -> SimParaphraseConfig:
         return self._group("paraphrase", SimParaphraseConfig)
 
+    @cached_property
+    def detect(self) -> SimDetectConfig:
+        """The detection stage's group (`detect.m`, `.seeds`, `.reference*`, `.on_overflow`, `.base_model`)."""
+        return self._group("detect", SimDetectConfig)
+
+    @cached_property
+    def probe(self) -> ProbeGroupConfig:
+        """The `probe` group, checked (its added keys, `+probe.api_instruction`, are in `probe_settings`)."""
+        return self._group("probe", ProbeGroupConfig)
+
+    @cached_property
+    def probe_settings(self) -> Any:
+        """The probe's `zcp.probe.prompts.ProbeConfig`: the checked `probe` group with the added keys it was given
+        (`+probe.api_instruction`) and the model's own `model.probe.*` over it (`zcp.probe.detect.probe_config`,
+        which reads the model group as given, as every job passes it)."""
+        from zcp.probe.detect import probe_config
+
+        group = dataclasses.asdict(self.probe)
+        given = self.values.get("probe")
+        if isinstance(given, Mapping):
+            group.update({k: given[k] for k in ProbeGroupConfig.EXTRA_KEYS if k in given})
+        return probe_config(group, self.values.get("model"))
+
     # ------------------------------------------------------------------------------ derived
     @cached_property
     def split_seed_override(self) -> int | None:
@@ -214,7 +239,8 @@ class SimConfig:
         return bool(self.split.c_path and self.split.u_path)
 
 
-_GROUPS = ("exposure", "benchmark", "split", "data", "clean", "cot", "eval", "train", "model", "logger", "paraphrase")
+_GROUPS = ("exposure", "benchmark", "split", "data", "clean", "cot", "eval", "train", "model", "logger", "paraphrase",
+           "detect", "probe")
 
 
 def _not_mapping(name: str, value: Any, cls: type) -> None:

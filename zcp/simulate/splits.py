@@ -36,10 +36,9 @@ def simulation_references(cfg: Any, items: list[Item], n_draws: int, seed: int, 
     from zcp.benchmarks.build import reference_context
     from zcp.benchmarks.references.exclusions import item_key
     from zcp.benchmarks.references.registry import build_references
-    from zcp.config.schemas import validate
+    from zcp.simulate.settings import sim_config
 
-    d = _plain(cfg.get("detect") or {})
-    det = validate({"detect": d})["detect"]
+    det = sim_config(cfg).detect
     if det.reference_path:
         return file_references(cfg, items)
     method = check_reference_source(cfg, items)
@@ -105,11 +104,11 @@ def file_references(cfg: Any, items: list[Item]) -> tuple[dict[str, list[Item]],
     one-line DataError unless `detect.missing_reference=skip`, which leaves it out (counted in
     simulation_summary.json as `items_without_reference`)."""
     from zcp.benchmarks.loaders import pair_rows, read_linked, resolve_path
-    from zcp.config.schemas import validate
     from zcp.errors import ConfigError
     from zcp.simulate.rundir import resolve_model_path
+    from zcp.simulate.settings import sim_config
 
-    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
+    det = sim_config(cfg).detect
     path = resolve_path(resolve_model_path(str(det.reference_path)))
     if not Path(path).is_file():
         raise ConfigError(f"detect.reference_path={det.reference_path}: no such file")
@@ -163,16 +162,15 @@ def check_reference_source(cfg: Any, items: list[Item] | None = None) -> str:
     configure: give detect.reference_path) or the chosen builder cannot build on them (a word-problem builder on
     GSM8K items)."""
     from zcp.benchmarks.references.registry import BuildContext, get_reference_builder, resolve_method
-    from zcp.config.schemas import validate
     from zcp.errors import ConfigError
     from zcp.simulate.benchmark import benchmark_format
     from zcp.simulate.settings import sim_config
 
     c = _plain(cfg)
-    d = c.get("detect") or {}
-    if d.get("reference_path"):
+    det = sim_config(c).detect
+    if det.reference_path:
         return "file"
-    choice = validate({"detect": d})["detect"].reference
+    choice = det.reference
     if items is None:
         items = _benchmark_items_for_check(c)
     fmt = benchmark_format(c)
@@ -210,11 +208,11 @@ def simulation_splits(cfg: dict[str, Any], items: list[Item], manifest: Any, spl
     reference seed: the same draws every job rebuilds), and the ids left out for want of any reference. Shared by
     the detection stage, the ablations and the baselines so all three probe exactly the same items. `report`, when
     given, receives the reference builder's report (law, exclusions, exchangeability per feature)."""
-    from zcp.config.schemas import validate
     from zcp.simulate.settings import sim_config
 
-    det = validate({"detect": _plain(cfg.get("detect") or {})})["detect"]
-    ref_seed = det.reference_seed if det.reference_seed is not None else sim_config(cfg).seed
+    s = sim_config(cfg)
+    det = s.detect
+    ref_seed = det.reference_seed if det.reference_seed is not None else s.seed
     refs, ref_report = simulation_references(cfg, items, int(det.m) * len(det.seeds), int(ref_seed), manifest, run_dir)
     if report is not None:
         report.update(ref_report)
