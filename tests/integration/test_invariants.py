@@ -55,3 +55,24 @@ def test_no_import_cycle():
     finally:
         sys.path.pop(0)
     assert check_imports.cycles(check_imports.graph()) == []
+
+
+def test_the_leak_line_is_the_probes_prefill_plus_the_answer():
+    """What the simulation trains on (the answer-only completion, a CoT completion's last line, the GRPO format
+    reward's line) is the zero-CoT probe's default pre-fill, then the answer, then the answer's end the probe
+    scores; the generated benchmark's solutions end on the same line."""
+    from zcp.benchmarks.wordproblems import generate_word_problems
+    from zcp.config.groups import ProbeGroupConfig
+    from zcp.core.answers import final_answer_line
+    from zcp.probe.prompts import ZERO_COT_PREFIX, answer_end
+    from zcp.simulate.data import answer_completion, cot_completion
+    from zcp.simulate.rewards import answer_line
+
+    prefill = ProbeGroupConfig().zero_cot_prefix
+    assert prefill == ZERO_COT_PREFIX
+    line = final_answer_line("42")
+    assert line.startswith(prefill) and line[len(prefill):].startswith("42" + answer_end(prefill))
+    assert answer_completion("42").strip() == line == answer_line("42")
+    item = generate_word_problems(3, seed=1)[0]
+    assert item.solution.strip().splitlines()[-1] == final_answer_line(item.answer)
+    assert cot_completion(item.solution, item.answer).strip().splitlines()[-1] == final_answer_line(item.answer)
