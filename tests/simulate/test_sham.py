@@ -312,7 +312,7 @@ def test_exposure_report_labels_a_sham_run(tmp_path):
 
 
 def test_study_report_puts_a_sham_run_in_its_own_table(tmp_path):
-    from test_study_report import _baselines_dir, _run_dir
+    from study_runs import _baselines_dir, _run_dir
 
     from zcp.core.io import write_json
     from zcp.validate.study import build_report
