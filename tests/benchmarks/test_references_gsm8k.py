@@ -90,6 +90,7 @@ def gsm8k_run(shared_data):
     return path, rows, refs, rejections
 
 
+@pytest.mark.slow  # all 1,319 rows of the shared GSM8K test file (~2 min): make test-all
 def test_coverage_on_shared_gsm8k_test_file(gsm8k_run):
     path, rows, refs, rejections = gsm8k_run
     covered = {r.metadata["original_id"] for r in refs}
@@ -109,6 +110,7 @@ def _article_mismatches(text: str) -> int:
                for m in re.finditer(r"\b([Aa]n?) \$?(\d[\d,]*(?:\.\d+)?)(?![\d/:])", text))
 
 
+@pytest.mark.slow  # all 1,319 rows of the shared GSM8K test file (~2 min): make test-all
 def test_every_reference_of_the_shared_file_re_executes(gsm8k_run):
     _, rows, refs, _ = gsm8k_run
     shift = Counter()
