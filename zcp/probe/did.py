@@ -124,15 +124,16 @@ def did_rows(model_records: Sequence[dict[str, Any]], base_records: Sequence[dic
                     return (float(np.mean([gm[i] for i in ids])) if ids else float("nan"),
                             float(np.mean([gb[i] for i in ids])) if ids else float("nan"))
 
+                all_gaps = gap_means(None)  # every draw: the row's gaps, and each seed's when seeds share the draws
+                per_draws = settings.reference_draws != "all"
                 per_seed = []
                 for k, seed in enumerate(settings.seeds):
-                    per_draws = settings.reference_draws != "all"
                     res = streams[k] if not per_draws else test(diffs((k, n_seeds)), seed)
-                    g_m, g_b = gap_means((k, n_seeds) if per_draws else None)
+                    g_m, g_b = gap_means((k, n_seeds)) if per_draws else all_gaps
                     per_seed.append({"seed": seed, key: g_m, "gap_base": g_b, "did": res.diff,
                                      "p_value": res.p_value, "c_cont": res.c_cont})
                 main = streams[0]
-                g_m, g_b = gap_means(None)
+                g_m, g_b = all_gaps
                 rows.append({"split": split, "variant": variant, "metric": metric, "n": main.n, key: g_m,
                              "gap_base": g_b, "did": main.diff,
                              "did_std": float(np.std([q["did"] for q in per_seed], ddof=1)) if n_seeds > 1 else 0.0,
