@@ -484,13 +484,16 @@ def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int]
         by[r["original_id"]].append((int(r["draw"]), metric_value(r, metric)))
     out = {}
     for oid, vals in by.items():
-        vals.sort()
-        if pick is not None:
-            k, n_seeds = pick
-            out[oid] = [v for j, (_, v) in enumerate(vals) if j % n_seeds == k] or [vals[k % len(vals)][1]]
-        else:
-            out[oid] = [v for _, v in vals]
+        scores = [v for _, v in sorted(vals)]
+        out[oid] = seed_share(scores, pick) if pick is not None else scores
     return out
+
+
+def seed_share(seq: Sequence[Any], pick: tuple[int, int]) -> list[Any]:
+    """Seed k's own disjoint share of an item's draws, pick = (k, n_seeds): the j-th with j mod n_seeds == k, or
+    (fewer draws than seeds) draw k mod m."""
+    k, n_seeds = pick
+    return [x for j, x in enumerate(seq) if j % n_seeds == k] or [seq[k % len(seq)]]
 
 
 def distinct_draws(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -30,7 +30,15 @@ from typing import Any
 import numpy as np
 
 from zcp.core.io import read_jsonl
-from zcp.probe.detect import ORIGINAL, RECORDS, REFERENCE, DetectSettings, distinct_draws, item_draws
+from zcp.probe.detect import (
+    ORIGINAL,
+    RECORDS,
+    REFERENCE,
+    DetectSettings,
+    distinct_draws,
+    item_draws,
+    seed_share,
+)
 from zcp.probe.metrics import metric_label, metric_value
 from zcp.probe.report import c_cont_text
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
@@ -79,8 +87,7 @@ def version_differences(model_records: Sequence[dict[str, Any]], base_records: S
         o = [om[i][d] - ob[i][d] for d in sorted(set(om[i]) & set(ob[i]))]
         draws = sorted(set(rm[i]) & set(rb[i]))
         if pick is not None and draws:
-            k, n_seeds = pick
-            draws = [d for j, d in enumerate(draws) if j % n_seeds == k] or [draws[k % len(draws)]]
+            draws = seed_share(draws, pick)
         if o and draws:
             ids.append(i)
             orig.append(o)
