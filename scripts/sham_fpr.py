@@ -22,17 +22,21 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
+from zcp.validate.exposure import run_arm
+
 
 def clean_datasets(root: Path) -> list[dict]:
     """One row per (run, clean split): recipe, split seed, sham or not, and each detector's flag."""
     rows = []
     for run in sorted(root.glob("*__*")):
         cfg_path, summary_path = run / "run_config.json", run / "detect" / "simulation_summary.json"
-        if not cfg_path.exists() or not summary_path.exists():
+        exposure_path = run / "exposure.json"
+        if not (cfg_path.exists() and summary_path.exists() and exposure_path.exists()):
             continue
         cfg = json.loads(cfg_path.read_text()).get("config", {})
-        exposure = cfg.get("exposure", {})
-        sham = exposure.get("leak_fraction", 1.0) == 0
+        exposure_record = json.loads(exposure_path.read_text())
+        exposure = exposure_record.get("knobs") or {}
+        sham = run_arm(exposure_record) == "sham"  # the exposure report's rule (zcp.validate.exposure)
         summary = json.loads(summary_path.read_text())
         base = json.loads((run / "baselines" / "summary.json").read_text()) if (run / "baselines" / "summary.json").exists() else None
         for split in (["C", "U"] if sham else ["U"]):
