@@ -8,9 +8,7 @@ the per-item averages. Records are appended chunk by chunk, so a killed run resu
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +19,9 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.config.groups import DataConfig, RunConfig, StatsConfig
-from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.io import RunLock, read_json, read_jsonl, stable_hash, write_json
 from zcp.core.items import Item
+from zcp.core.records import RecordStore
 from zcp.errors import DataError, RunDirError
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
@@ -115,27 +114,6 @@ def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: Probe
     h = [backend.name, backend.fingerprint, repr(probe.__dict__)]
     h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
     return stable_hash("\n".join(map(str, h)), 32)
-
-
-def _load_existing(path: Path) -> list[dict[str, Any]]:
-    """Records already on disk, repaired: a half-written last line (killed writer) is dropped, a last line
-    without its newline gets one (else the next append would glue onto it), and duplicated units (two
-    writers before the run lock existed) are kept once."""
-    if not path.exists():
-        return []
-    rows = list(read_jsonl(path, tolerate_partial_last_line=True))
-    unique: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        unique.setdefault(_key(r), r)
-    raw = path.read_bytes()
-    n_lines = sum(1 for line in raw.splitlines() if line.strip())
-    if n_lines != len(unique) or (raw and not raw.endswith(b"\n")):
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in unique.values():
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    return list(unique.values())
 
 
 def detection_unfinished(det_dir: str | Path) -> str | None:
@@ -429,9 +407,12 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
                                   if rendering else {})})
     if on_ready is not None:
         on_ready()
-    path = out / RECORDS
-    existing = _load_existing(path)
-    done = {_key(r) for r in existing}
+    # the records already on disk, repaired (`RecordStore.load`): a torn last line (killed writer) is dropped, a
+    # last line without its newline gets one, duplicated units (two writers before the run lock existed) are
+    # kept once
+    store = RecordStore(out / RECORDS, key=_key)
+    existing = store.load()
+    done = set(store.keys())
     todo = [(k, it) for k, it in units if k not in done]
     if existing:
         log.info("resuming: %d of %d units already probed", len(done), len(units))
@@ -462,14 +443,13 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
             rec = {k: v for k, v in known[(it.question, it.answer)].items() if k not in UNIT_FIELDS}
             rec.update(id=it.id, split=split, variant=variant, original_id=oid, draw=draw)
             recs.append(rec)
-        append_jsonl(path, recs)
-        existing.extend(recs)
+        store.append(recs)
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:
         bar.close()
     wanted = set(keys)
-    return [r for r in existing if _key(r) in wanted]
+    return [r for r in store.records if _key(r) in wanted]
 
 
 def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None = None

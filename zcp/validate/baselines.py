@@ -55,7 +55,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.io import RunLock, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.records import RecordStore
 from zcp.errors import ConfigError, RunDirError
 from zcp.validate.baselines_config import (  # noqa: F401  (the job's schema, re-exported)
     DEFAULT_DETECTORS,
@@ -226,29 +227,22 @@ def _legacy_fingerprint(inputs: JobInputs, model_fp: Any, ref_fp: Any, seed: int
     return stable_hash("\n".join([json.dumps([model_fp, ref_fp, seed], default=str), *_unit_lines(inputs)]), 32)
 
 
-def _rewrite(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-
-
-def load_finished(path: Path, expected: dict[tuple[str, str], int]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def load_finished(store: RecordStore, expected: dict[tuple[str, str], int]
+                  ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The blocks on disk: every finished block of an `expected` (selected) detector, and every block of the
     other detectors as it is (an earlier run's work: a rerun with fewer detectors never deletes it). Rows of
-    an expected block cut short by a kill, and a half-written last line, are dropped from the file so the
-    block is redone cleanly."""
-    if not path.exists():
-        return {}
-    rows = list(read_jsonl(path, tolerate_partial_last_line=True))
+    an expected block cut short by a kill, and a half-written last line, are dropped from the file
+    (`RecordStore.load`) so the block is redone cleanly."""
     blocks: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        blocks[_block(r)].append(r)
-    keep = {k for k, v in blocks.items() if k not in expected or expected[k] == len(v)}
-    if len(keep) != len(blocks) or not path.read_bytes().endswith(b"\n"):
-        _rewrite(path, [r for r in rows if _block(r) in keep])
-    return {k: blocks[k] for k in keep}
+
+    def finished(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for r in rows:
+            blocks[_block(r)].append(r)
+        keep = {k for k, v in blocks.items() if k not in expected or expected[k] == len(v)}
+        return [r for r in rows if _block(r) in keep]
+
+    kept = {_block(r) for r in store.load(finished)}
+    return {k: v for k, v in blocks.items() if k in kept}
 
 
 def params_hash(det: Any) -> str:
@@ -304,9 +298,9 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
     model refuses too; one made from other detection records is dropped and recomputed; one whose further
     input is not at hand now (no reference model, no records) is kept on disk and not used.
     """
-    path = out / RECORDS
+    store = RecordStore(out / RECORDS)
     expected = {(d.name, f.name): len(f.units(d.kind == "score")) for d in detectors for f in inputs.files.values()}
-    blocks = load_finished(path, expected)
+    blocks = load_finished(store, expected)
     legacy_ref = (read_json(out / META) if (out / META).exists() else {}).get("legacy_ref")
     by_name = {d.name: d for d in detectors}
     hashes = {d.name: params_hash(d) for d in detectors}
@@ -333,7 +327,7 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
                 unusable.add(key)
     if redo:
         log.info("the detection records changed: recomputing %s", ", ".join(sorted({k[0] for k in redo})))
-        _rewrite(path, [r for k, v in blocks.items() if k not in redo for r in v])
+        store.rewrite([r for k, v in blocks.items() if k not in redo for r in v])
         for k in redo:
             del blocks[k]
     usable = {k: v for k, v in blocks.items() if k not in unusable}
@@ -365,7 +359,7 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
             for (variant, oid, draw, it), rec in zip(units, recs, strict=True):
                 rows.append({"detector": det.name, "file": f.name, "variant": variant, "original_id": oid,
                              "draw": draw, **rec, "id": it.id, "params_hash": hashes[det.name], **extra})
-            append_jsonl(path, rows)
+            store.append(rows)
             usable[key] = rows
             print(f"{det.name} on {f.name}: {len(units)} items in {time.time() - t0:.1f}s", flush=True)
     return usable, skipped

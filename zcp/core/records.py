@@ -1,0 +1,183 @@
+"""One resumable JSONL record store: the records file of a detection run (zcp.probe.detect) and of a baselines
+run (zcp.validate.baselines).
+
+Why one: both runs append their results batch by batch so that a killed run (SIGKILL included) resumes where it
+stopped, and both must read such a file back the same way. The rules, kept in one place:
+
+- reading tolerates a torn last line (a writer killed mid-write): it is counted (`torn`) and dropped, never kept
+  as half a record; a torn line anywhere else is corruption and raises DataError naming the file and row;
+- `load` repairs the file before anything is appended to it: a torn last line, a last line without its newline
+  (the next append would glue onto it) or records the caller drops (duplicated keys, a cut block) make it
+  rewrite the file atomically (temporary file, fsync, rename);
+- `append` writes one batch with ONE write call, then flush and fsync: a kill loses at most the batch in
+  flight, and what it leaves of it is one torn last line;
+- with a `key` function the store keeps the first record of each key (later duplicates, e.g. two writers before
+  the run lock existed, are dropped by `load`) and answers keyed lookups.
+
+The serialisation is the projects' JSONL everywhere: `json.dumps(row, ensure_ascii=False)` and a newline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from zcp.core.io import naming_write_errors
+from zcp.errors import DataError
+
+log = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+KeyFn = Callable[[Record], Hashable]
+
+
+def _line(row: Record) -> str:
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+class RecordStore:
+    """A JSONL file of records, appended batch by batch and read back after a kill.
+
+    `path`: the records file (created on the first append). `key`: what identifies a record (a caller's
+    function, e.g. a detection unit's (split, variant, original_id, draw)); without it the store holds every
+    record as it is. `fsync`: sync every appended batch to disk (the default; a kill of the machine, not only
+    of the process, then keeps every finished batch).
+
+    The records read or written through the store are in `records` (file order), and with a `key` indexed
+    (`get`, `in`, `keys`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key: KeyFn | None = None, *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.fsync = fsync
+        self.records: list[Record] = []
+        self._index: dict[Hashable, Record] = {}
+        self.torn = 0  # torn last lines dropped by the last read (0 or 1)
+        self.clean = True  # the last read found every line whole and the file ending in a newline
+
+    # ------------------------------------------------------------------------------ reading
+    def read(self) -> list[Record]:
+        """Every whole record on disk, in file order (a torn last line counted in `torn` and dropped; blank lines
+        skipped); sets `clean`. Writes nothing and does not change `records`."""
+        self.torn, self.clean = 0, True
+        if not self.path.exists():
+            return []
+        raw = self.path.read_bytes()
+        # lines end at b"\n" only (a record's text may hold U+2028 and the like, which str.splitlines splits
+        # at); each line is decoded on its own, so a kill that cut a multi-byte character tears only that line
+        lines = raw.split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        rows: list[Record] = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line.decode("utf-8")))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                if i == len(lines) - 1:
+                    self.torn = 1
+                    continue
+                why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
+                raise DataError(f"invalid JSON ({why})", path=str(self.path), row=i + 1) from e
+        self.clean = not self.torn and (not raw or raw.endswith(b"\n"))
+        return rows
+
+    def unique(self, rows: Iterable[Record]) -> list[Record]:
+        """The first record of each key, in order (every record without a `key`)."""
+        if self.key is None:
+            return list(rows)
+        seen: dict[Hashable, Record] = {}
+        for r in rows:
+            seen.setdefault(self.key(r), r)
+        return list(seen.values())
+
+    def load(self, keep: Callable[[list[Record]], list[Record]] | None = None) -> list[Record]:
+        """The finished records, with the file repaired for appending; they become `records`.
+
+        Reads the file (`read`), keeps the first record of each key (`unique`), then what `keep` returns of
+        those (the caller's rule, e.g. only finished blocks; default: all). When that dropped a record, or the
+        file had a torn last line or lacked its final newline, the file is rewritten atomically with the kept
+        records, so the next append starts on a clean line and a rerun reads the same."""
+        rows = self.read()
+        kept = self.unique(rows)
+        if keep is not None:
+            kept = keep(kept)
+        if self.torn:
+            log.info("%s: dropped a half-written last line (a killed writer)", self.path)
+        if len(kept) != len(rows) or not self.clean:
+            self.rewrite(kept)
+        else:
+            self._set(kept)
+        return list(self.records)
+
+    # ------------------------------------------------------------------------------ lookup
+    def get(self, key: Hashable) -> Record | None:
+        """The record of `key` (the first one), or None; needs the store's `key` function."""
+        self._need_key()
+        return self._index.get(key)
+
+    def keys(self) -> list[Hashable]:
+        """The keys of `records`, in order; needs the store's `key` function."""
+        self._need_key()
+        return list(self._index)
+
+    def __contains__(self, key: object) -> bool:
+        self._need_key()
+        return key in self._index
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    # ------------------------------------------------------------------------------ writing
+    def append(self, rows: Sequence[Record]) -> None:
+        """Append one batch: one write call for the whole batch, then flush (and fsync). A key already held keeps
+        its first record in the index (the file holds what was written; `load` drops the later copy)."""
+        if not rows:
+            return
+        text = "".join(_line(r) for r in rows)
+        with naming_write_errors(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+        for r in rows:
+            self._add(r)
+
+    def rewrite(self, rows: Sequence[Record]) -> None:
+        """Replace the file's content by `rows`, atomically (temporary file beside it, fsync, rename): a kill
+        leaves either the old file or the new one, never a mix; `rows` become `records`."""
+        tmp = self.path.with_suffix(".tmp")
+        with naming_write_errors(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(_line(r) for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        self._set(list(rows))
+
+    # ------------------------------------------------------------------------------ internals
+    def _set(self, rows: list[Record]) -> None:
+        self.records, self._index = [], {}
+        for r in rows:
+            self._add(r)
+
+    def _add(self, r: Record) -> None:
+        self.records.append(r)
+        if self.key is not None:
+            self._index.setdefault(self.key(r), r)
+
+    def _need_key(self) -> None:
+        if self.key is None:
+            raise TypeError(f"RecordStore({self.path}) has no key function: keyed lookup needs one")
