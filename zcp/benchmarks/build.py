@@ -23,7 +23,6 @@ The reference set is the auditor's private asset: W&B gets counts and similarity
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -37,7 +36,6 @@ from typing import Any
 from zcp.benchmarks.references.shift import numeric_answer
 from zcp.core.io import sha256_file
 from zcp.core.items import Item
-from zcp.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -46,46 +44,18 @@ log = logging.getLogger(__name__)
 
 
 def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[str, Any]], str | None]:
-    """Items of the `data` config: a file read by `zcp.benchmarks.loaders`, ArithMark records, or generated word problems.
+    """Items of the `data` config: a file read by `zcp.benchmarks.loaders`, ArithMark records, or generated items.
 
-    Every source goes through `zcp.benchmarks.loaders.check_duplicates` (`data.on_duplicate`: a repeated question
-    is refused, or with merge counted once, before `data.limit` takes the first N). Returns (items, skipped
-    rows with file/row/reason, including repeated questions left out, source path or None when generated).
+    The reading is `zcp.benchmarks.dataset.read_data` (the one reader of a `data` config, items only: the build
+    makes the split and the reference set): every source goes through `check_duplicates` (`data.on_duplicate`:
+    a repeated question is refused, or with merge counted once), then `data.limit` / `data.sample` select.
+    Returns (items, skipped rows with file/row/reason, including repeated questions left out, the source file's
+    absolute path or None when generated).
     """
-    from zcp.benchmarks.loaders import check_duplicates, resolve_path
-    from zcp.config.schemas import DataConfig, group_config
+    from zcp.benchmarks.dataset import read_data
 
-    d = group_config(DataConfig, data_cfg, "data")  # a job's checked `data`, or built from a mapping: its defaults
-    fmt, path, limit, on_duplicate = d.format, d.path, d.limit, d.on_duplicate
-    gen_seed = seed if d.generator_seed is None else d.generator_seed  # DataConfig.generator_seed: null = the run's
-    skipped: list[dict[str, Any]] = []
-    if fmt == "arithmark":
-        from zcp.benchmarks import arithmark
-
-        if path:
-            records = arithmark.load_arithmark(resolve_path(path))
-        else:
-            records = arithmark.generate_arithmark(d.n_per_stage, gen_seed)
-        items = check_duplicates([arithmark.arithmark_to_item(r) for r in records],
-                                 str(resolve_path(path)) if path else None, on_duplicate,
-                                 name=None if path else "the generated ArithMark benchmark", dropped=skipped)
-    elif fmt == "wordproblems" and not path:
-        from zcp.benchmarks.wordproblems import generate_word_problems
-
-        items = generate_word_problems(d.n, gen_seed, families=list(d.families) if d.families else None)
-        items = check_duplicates(items, None, on_duplicate, name="the generated word-problem benchmark",
-                                 dropped=skipped)
-    else:
-        from zcp.benchmarks.loaders import load_items
-
-        if not path:
-            raise DataError("data.path is required", field="data.path")
-        items = load_items(path, "items" if fmt == "wordproblems" else fmt, fields=dataclasses.asdict(d.fields),
-                           variant=d.variant, on_invalid=d.on_invalid, skipped=skipped, on_duplicate=on_duplicate)
-        path = str(Path(resolve_path(path)).resolve())
-    if limit is not None:
-        items = items[: int(limit)]
-    return items, skipped, (str(path) if path else None)
+    read = read_data(data_cfg, seed=seed, items_only=True)  # a job's checked `data`, or built from a mapping
+    return read.items, read.skipped, (str(Path(read.path).resolve()) if read.path else None)
 
 
 def reference_method(method: str, data_cfg: Any, items: list[Item]) -> str:

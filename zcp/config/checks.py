@@ -47,6 +47,21 @@ def check_seeds(seeds: Any, key: str) -> None:
     check_value(len(seeds) >= 1 and len(set(seeds)) == len(seeds), key, list(seeds), "a non-empty list of distinct seeds")
 
 
+def parse_shard(value: Any, key: str) -> tuple[int, int] | None:
+    """A shard spec: "i/n" (integers, 0 <= i < n) as (i, n); None for null or "merge"; else ConfigError naming `key`."""
+    if value is None or str(value) == "merge":
+        return None
+    parts = str(value).split("/")
+    ok = len(parts) == 2 and all(p.strip().isdigit() for p in parts) and int(parts[0]) < int(parts[1])
+    check_value(ok, key, value, "i/n with integers 0 <= i < n (shard i of n, e.g. 0/4), or merge (gather the shards)")
+    return int(parts[0]), int(parts[1])
+
+
+def refuse_shard(shard: Any, why: str) -> None:
+    """ConfigError unless `run.shard` is null, `why` ending the message ("for X (only evaluate/run_detect.py ...)")."""
+    check_value(shard is None, "run.shard", shard, f"null {why}")
+
+
 def check_device(device: Any, key: str) -> None:
     """A `cuda` device only where CUDA is available (and the index exists), else ConfigError naming `key`."""
     if device is None or not str(device).startswith("cuda"):

@@ -17,6 +17,7 @@ from zcp.config.checks import (
     check_seeds,
     check_value,
     key_alias,
+    parse_shard,
     unknown_key_message,
 )
 from zcp.config.conform import MESSAGE_PREFIX, conform
@@ -57,13 +58,16 @@ class StatsConfig:
 
 @dataclass
 class RunConfig:
-    """How items are probed: chunks appended to records.jsonl (the unit of resume), progress bars."""
+    """How items are probed: chunks appended to records.jsonl (the unit of resume), progress bars; `shard` (detect
+    only, zcp.probe.shard): "i/n" probes shard i of n, "merge" gathers the n shards into one run's outputs."""
 
     chunk_size: int = 64
     progress: bool = True
+    shard: str | None = None  # null: one process | "i/n" (0 <= i < n; a string, as Hydra reads 3/8) | merge
 
     def __post_init__(self) -> None:
         check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
+        self.shard_spec = parse_shard(self.shard, "run.shard")  # (i, n), or None for null and merge
 
 
 @dataclass

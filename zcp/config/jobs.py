@@ -11,6 +11,7 @@ from typing import Any
 from zcp.config.checks import (
     check_seeds,
     check_value,
+    refuse_shard,
 )
 from zcp.config.conform import MESSAGE_PREFIX
 from zcp.config.groups import (  # noqa: F401
@@ -60,6 +61,8 @@ class DetectJob:
     def __post_init__(self) -> None:
         if self.seeds is not None:
             check_seeds(self.seeds, "seeds")
+        if self.base_model.path is not None:  # zcp.probe.shard shards the audited model's run only
+            refuse_shard(self.run.shard, "with base_model.path (the base model's DiD runs in one process)")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class AblationsJob:
     def __post_init__(self) -> None:
         check_value(len(self.ablations) >= 1 and set(self.ablations) <= set(ABLATIONS), "ablations",
                     list(self.ablations), f"a non-empty subset of {list(ABLATIONS)}")
+        refuse_shard(self.run.shard, "for evaluate/run_ablations.py (only evaluate/run_detect.py shards)")
         if self.seeds is not None:
             check_seeds(self.seeds, "seeds")
 
@@ -136,6 +140,7 @@ class SimulationJob:
     def __post_init__(self) -> None:
         check_value(len(self.stages) >= 1 and set(self.stages) <= set(SIM_STAGES), "stages", list(self.stages),
                     f"a non-empty subset of {list(SIM_STAGES)}")
+        refuse_shard(self.run.shard, "for a simulation (only evaluate/run_detect.py shards)")
 
 
 @dataclass

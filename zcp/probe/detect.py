@@ -647,16 +647,28 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
                    on_ready: Callable[[], Any] | None,
                    planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]],
                    cover: list[dict[str, Any]], rendering: dict[str, Any]) -> dict[str, Any]:
-    from zcp.probe.report import results_rows, write_reports
-
     overflow: list[dict[str, Any]] = []
     records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering)
+    return write_results(records, backend.name, datasets, probe, out, settings, tracker=tracker, extra=extra,
+                         title=title, overflow=overflow, cover=cover, rendering=rendering)
+
+
+def write_results(records: list[dict[str, Any]], model: str, datasets: Sequence[DetectDataset], probe: ProbeConfig,
+                  out: Path, settings: DetectSettings, *, tracker: Any, extra: dict[str, Any] | None,
+                  title: str | None, overflow: list[dict[str, Any]], cover: list[dict[str, Any]],
+                  rendering: dict[str, Any]) -> dict[str, Any]:
+    """A detection run's statistics and reports from its records (in plan order): summary.json, table.md, the
+    plot and the tracker's tables. Called once per run: by one process after probing, or by the merge of a
+    sharded run (zcp.probe.shard) on the shards' records, so both write the same summary. `model` is the
+    backend's name."""
+    from zcp.probe.report import results_rows, write_reports
+
     analysed = analyse(records, probe.metrics, settings)
     flags = malformed_warnings(analysed["malformed"], probe.metrics)
     for f in flags:
         log.warning("%s", f["warning"])
     summary: dict[str, Any] = {
-        "model": backend.name,
+        "model": model,
         "metrics": list(probe.metrics),
         "seeds": list(settings.seeds),
         "bootstrap_samples": settings.bootstrap_samples,

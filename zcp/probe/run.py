@@ -18,6 +18,7 @@ from zcp.probe.detect import (
     detect,
     probe_config,
 )
+from zcp.probe.shard import merge_shards, probe_shard, source_fingerprint, without_shard
 
 
 def run_detect(cfg: Any) -> dict[str, Any]:
@@ -25,6 +26,8 @@ def run_detect(cfg: Any) -> dict[str, Any]:
 
     With `base_model.path` the base model is probed on the same units into `<out>/base/` and the
     difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
+    With `run.shard=i/n` only shard i's units are probed, into `<out>/shards/<i>-of-<n>/`, and nothing is tested;
+    `run.shard=merge` (no model loaded) gathers the n finished shards into the outputs above (zcp.probe.shard).
     """
     from zcp.backends.registry import build_backend
     from zcp.config import run_dir, save_config, to_dict, validate
@@ -52,20 +55,41 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     local = mc.backend != "openai"  # a served model has no local weights to fingerprint
     weights = {"model": model_fingerprint(mc.path) if local else None,
                "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
-    out = run_dir(without_null_base(cfg), "detect", job.data.name, mc.display_name(), extra=weights)
+    # run.shard is no part of the run: every shard, the merge and one process of the command share one directory
+    plain = without_shard(without_null_base(cfg))
+    out = run_dir(plain, "detect", job.data.name, mc.display_name(), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
                               test=job.stats.test, reference_draws=job.stats.reference_draws,
                               chunk_size=job.run.chunk_size, progress=job.run.progress,
                               on_overflow=job.data.on_overflow)
     probe = probe_config(cfg.probe, cfg.model)
     datasets, skipped = load_datasets(job.data)
+    extra = {"skipped_rows": [x for x in skipped if "warning" not in x],
+             "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)}
+    title = f"ZCP on {job.data.name} — {mc.display_name()}"
+    sharded = job.run.shard is not None
+    source = source_fingerprint(plain, weights) if sharded else ""
+    saved = without_shard(cfg, keep_null=True)  # a shard's and the merge's config.yaml: the one-process one
+    if sharded and job.run.shard_spec is None:  # run.shard=merge: the statistics and reports, once
+        with Tracker(job.logger, run_config=to_dict(saved), run_dir=str(out), job_type="detect") as tracker:
+            summary = merge_shards(datasets, probe, out, settings, source=source, tracker=tracker, extra=extra,
+                                   title=title, on_ready=lambda: save_config(saved, out))
+            files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+            tracker.artifact("detect-results", "zcp-detect", files + ([str(out / RECORDS)] if job.logger.log_records
+                                                                       else []))
+        print((out / TABLE).read_text())
+        print(f"wrote {out}")
+        return summary
     backend = build_backend(cfg.model)
     check_backend_metrics(backend, probe)
+    if sharded:  # run.shard=i/n: this shard's units only, no test, no tracker run (the merge makes the one run)
+        meta = probe_shard(backend, datasets, probe, out, settings, job.run.shard_spec, source=source,
+                           on_ready=lambda: save_config(saved, out))
+        print(f"wrote shard {job.run.shard} of {out}: {meta['n_units']} of {meta['n_units_total']} units; once every "
+              "shard has finished, run the same command with run.shard=merge")
+        return meta
     with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
-        summary = detect(backend, datasets, probe, out, settings, tracker=tracker,
-                         extra={"skipped_rows": [x for x in skipped if "warning" not in x],
-                                "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)},
-                         title=f"ZCP on {job.data.name} — {mc.display_name()}",
+        summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
                          on_ready=lambda: save_config(cfg, out))
         if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
             del backend  # the audited model leaves memory before the base model loads

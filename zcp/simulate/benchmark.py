@@ -8,6 +8,7 @@ Whatever the source, a question may appear once (`zcp.benchmarks.loaders.check_d
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,28 @@ def load_benchmark(cfg: Any) -> list[Item]:
             raise ConfigError("benchmark.path is required for benchmark.source=file (the benchmark file)")
         return load_items(resolve_model_path(b.path), format=b.format, limit=b.limit, variant=b.variant,
                           on_duplicate=policy, duplicate_key=DUPLICATE_KEY)
-    # benchmark.source=data: the lead's `data` group {path, format, ...}
-    if s.data is None or not s.data.path:
+    return data_benchmark(s).items  # benchmark.source=data: the `data` group, read as every job reads it
+
+
+def data_benchmark(cfg: Any) -> Any:
+    """The `data` group of benchmark.source=data read by `zcp.benchmarks.dataset.read_data` (items only: the
+    simulation makes its own split and references): every data.* key counts as in detection (fields, variant,
+    on_invalid, limit / sample, on_duplicate). `benchmark.limit` (the file sources' key) still takes the first N
+    when data.limit and data.sample are null; a repeated question is merged when benchmark.on_duplicate or
+    data.on_duplicate says merge. Returns the `DataRead` (its `benchmark` holds the pairing keys of every row)."""
+    from zcp.benchmarks.dataset import read_data
+
+    s = sim_config(cfg)
+    b, d = s.benchmark, s.data
+    if d is None or not d.path:  # generated items are benchmark.source=wordproblems (the reserved pool)
         raise ConfigError("data.path is required for benchmark.source=data")
-    return load_items(resolve_model_path(s.data.path), format=s.data.format, limit=b.limit, on_duplicate=policy,
-                      duplicate_key=DUPLICATE_KEY)
+    if b.limit is not None and (d.limit is not None or d.sample is not None):
+        raise ConfigError(f"benchmark.limit={b.limit} and data.{'limit' if d.limit is not None else 'sample'} "
+                          "both select the items of benchmark.source=data: set one")
+    policy = "merge" if "merge" in (b.on_duplicate, d.on_duplicate) else d.on_duplicate
+    d = dataclasses.replace(d, path=resolve_model_path(str(d.path)), on_duplicate=policy,
+                            limit=d.limit if b.limit is None else b.limit)
+    return read_data(d, seed=s.seed, items_only=True, duplicate_key=DUPLICATE_KEY)
 
 
 def load_split_files(cfg: Any) -> tuple[list[Item], list[Item]]:

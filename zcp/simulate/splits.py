@@ -82,8 +82,12 @@ def benchmark_keys(cfg: Any, items: list[Item]) -> Any:
         files = [(s.split.c_path, b.format, b.variant), (s.split.u_path, b.format, b.variant)]
     elif b.source == "file":
         files = [(b.path, b.format, b.variant)]
-    elif b.source == "data" and s.data is not None:
-        files = [(s.data.path, s.data.format, None)]
+    elif b.source == "data" and s.data is not None:  # read as load_benchmark reads it (fields, variant, ...)
+        from dataclasses import replace
+
+        from zcp.simulate.benchmark import data_benchmark
+
+        return replace(data_benchmark(s).benchmark, items=list(items))
     else:
         return Benchmark.from_items(items)
     parts = [load_file(resolve_model_path(str(path)), fmt, variant=variant, limit=b.limit,

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcp.config.checks import check_value
+from zcp.config.checks import check_value, refuse_shard
 from zcp.config.groups import DataConfig, LoggerConfig, ProbeGroupConfig, RunConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
@@ -43,6 +43,7 @@ def _check_calibration(job: Any) -> None:
                 f"a subset of {list(CALIBRATION_PARTS)}")
     check_value(len(job.alphas) >= 1 and all(0.0 < a < 1.0 for a in job.alphas), "alphas", list(job.alphas),
                 "a non-empty list of levels in (0, 1)")
+    refuse_shard(job.run.shard, "for evaluate/run_calibration.py (only evaluate/run_detect.py shards)")
     for group in ("simulation", "joint", "power", "real_null", "base_model", "real_originals"):
         s = getattr(job, group)
         for key in ("replicates", "replicates_continuous", "replicates_large", "B", "subsets", "subset_size",
