@@ -6,6 +6,11 @@ at compose; a shard killed with SIGKILL resumes.
 The 200-item run is in the fast suite, the 2,000-item one (issue 21's "done when") is marked slow. Shards run in
 this process one after the other (each is the run_detect a subprocess would run, minus Python's start-up), except
 in the SIGKILL test, which kills a shard subprocess.
+
+Measured on the 2-core shared development box (wall clock, loaded; `pytest -s` prints them): 200 items (600
+units): one process 10.9 s (first run, warm-up included), shards 3.6 s + 3.8 s, merge 2.6 s, the test 21 s;
+2,000 items (6,000 units): one process 40.4 s, shards 22.8 s + 18.1 s, merge 4.9 s, the test 87 s (slow). The
+fast tests of this file: 132 s wall, 39 s CPU, the SIGKILL test 62 s of it.
 """
 
 from __future__ import annotations
