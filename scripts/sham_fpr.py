@@ -15,30 +15,30 @@ CIs are optimistic.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from scipy.stats import binomtest
 
+from zcp.core.io import read_json
+from zcp.core.rundir import ContaminationRun
 from zcp.validate.exposure import run_arm
 
 
 def clean_datasets(root: Path) -> list[dict]:
     """One row per (run, clean split): recipe, split seed, sham or not, and each detector's flag."""
     rows = []
-    for run in sorted(root.glob("*__*")):
-        cfg_path, summary_path = run / "run_config.json", run / "detect" / "simulation_summary.json"
-        exposure_path = run / "exposure.json"
-        if not (cfg_path.exists() and summary_path.exists() and exposure_path.exists()):
+    for path in sorted(root.glob("*__*")):
+        run = ContaminationRun(path)
+        if not (run.config_path.exists() and run.simulation_summary_path.exists() and run.exposure_path.exists()):
             continue
-        cfg = json.loads(cfg_path.read_text()).get("config", {})
-        exposure_record = json.loads(exposure_path.read_text())
+        cfg = run.config
+        exposure_record = run.exposure
         exposure = exposure_record.get("knobs") or {}
         sham = run_arm(exposure_record) == "sham"  # the exposure report's rule (zcp.validate.exposure)
-        summary = json.loads(summary_path.read_text())
-        base = json.loads((run / "baselines" / "summary.json").read_text()) if (run / "baselines" / "summary.json").exists() else None
+        summary = run.simulation_summary
+        base = read_json(run.baselines_summary_path) if run.baselines_summary_path.exists() else None
         for split in (["C", "U"] if sham else ["U"]):
             flags = {}
             for v in summary["verdicts"]["FT"]:

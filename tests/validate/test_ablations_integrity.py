@@ -132,7 +132,7 @@ def test_the_newest_finished_detection_is_found_one_way(tmp_path):
     one lookup the baselines, the ablations and the study report share."""
     import os
 
-    from zcp.probe.detect import newest_finished_detection
+    from zcp.core.rundir import ContaminationRun
     from zcp.validate.study import newest_detection_dir
 
     run = tmp_path / "run"
@@ -141,7 +141,7 @@ def test_the_newest_finished_detection_is_found_one_way(tmp_path):
     for name, t in (("FT__old", 1_000_000), ("FT__new", 2_000_000)):
         for f in ("records.jsonl", "summary.json"):
             os.utime(run / "detect" / name / f, (t, t))
-    found, passed = newest_finished_detection(run)
+    found, passed = ContaminationRun(run).newest_detection()
     assert found == run / "detect" / "FT__old"
     assert len(passed) == 1 and "FT__new is not finished: records.jsonl holds 10 of the 32 units" in passed[0]
     assert newest_detection_dir(run) == found
@@ -151,5 +151,5 @@ def test_the_newest_finished_detection_is_found_one_way(tmp_path):
     import zcp.validate.ablations
     import zcp.validate.baselines
 
-    # the per-module lookups are gone: every caller goes through zcp.probe.detect.newest_finished_detection
+    # the per-module lookups are gone: every caller goes through zcp.core.rundir.ContaminationRun
     assert not hasattr(zcp.validate.ablations, "newest_detection_records") and not hasattr(zcp.validate.baselines, "_newest_records")

@@ -168,13 +168,13 @@ def test_an_unfinished_detection_is_refused_by_name_before_any_model_loads(tmp_p
 def test_the_default_detector_list_skips_zcp_on_an_unfinished_run_detection(tmp_path):
     """A run dir whose detection is unfinished: with the default list the zcp_* detectors are skipped with the
     reason (the others run); a zcp_* detector the user named is an error."""
-    from zcp.probe.detect import newest_finished_detection
+    from zcp.core.rundir import ContaminationRun
     from zcp.validate.baselines import DEFAULT_DETECTORS, check_detection_records
 
     c, u = _items(4, "c"), _items(4, "u", "cups")
     run = tmp_path / "run"
     _detection(run / "detect" / "FT__a", c, u, cut=10)
-    found, passed = newest_finished_detection(run)
+    found, passed = ContaminationRun(run).newest_detection()
     assert found is None and "FT__a is not finished" in passed[0]
 
     def inputs():

@@ -19,9 +19,11 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.config.groups import DataConfig, RunConfig, StatsConfig
-from zcp.core.io import RunLock, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
+from zcp.core.rundir import DETECTION_META, DETECTION_RECORDS, DETECTION_SUMMARY
+from zcp.core.rundir import detection_unit as _key
 from zcp.errors import DataError, RunDirError
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
@@ -31,11 +33,9 @@ log = logging.getLogger(__name__)
 
 REFERENCE = "reference"
 ORIGINAL = "original"
-RECORDS = "records.jsonl"
-SUMMARY = "summary.json"
+RECORDS, SUMMARY, META = DETECTION_RECORDS, DETECTION_SUMMARY, DETECTION_META  # its files, named in zcp.core.rundir
 TABLE = "table.md"
 PLOT = "c_cont.png"
-META = "run_meta.json"
 UNIT_FIELDS = ("id", "split", "variant", "original_id", "draw")  # what locates a record; the rest is its probe result
 # Above this zero-CoT (or, for con, full-CoT) malformed rate of a split's rows, the metrics reading that answer
 # (acc/con: `ProbeMetric.needs_generation` / `needs_full_cot`) are flagged as void:
@@ -106,64 +106,10 @@ class DetectSettings:
                f"one of {list(OVERFLOW_POLICIES)}")
 
 
-def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
-    return (rec["split"], rec["variant"], rec["original_id"], int(rec["draw"]))
-
-
 def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: ProbeConfig) -> str:
     h = [backend.name, backend.fingerprint, repr(probe.__dict__)]
     h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
     return stable_hash("\n".join(map(str, h)), 32)
-
-
-def detection_unfinished(det_dir: str | Path) -> str | None:
-    """Why `det_dir` is not a finished detection run (one line naming the dir and what is missing), or None.
-
-    Finished: records.jsonl, run_meta.json and summary.json are there and the records hold every unit
-    run_meta.json announces (`n_units`, distinct units). Why: the records of a killed run (cut midway, no
-    summary) look like a smaller benchmark; whoever reads them (the zcp_* baselines, the ablations, the
-    study report) must not mistake them for a finished detection.
-    """
-    d = Path(det_dir)
-    if not d.is_dir():
-        return f"detection run {d}: no such directory"
-    missing = [name for name in (RECORDS, META, SUMMARY) if not (d / name).exists()]
-    if RECORDS in missing or META in missing:
-        return f"detection run {d} is not finished: no {' and no '.join(missing)}"
-    try:
-        n_units = read_json(d / META).get("n_units")
-        keys = {_key(r) for r in read_jsonl(d / RECORDS, tolerate_partial_last_line=True)}
-    except (RunDirError, DataError, KeyError, TypeError, ValueError) as e:
-        return f"detection run {d} is not finished: {' '.join(str(e).split())}"
-    if not isinstance(n_units, int):
-        missing.append(f"{META} announces no n_units")
-    elif len(keys) < n_units:
-        missing.append(f"{RECORDS} holds {len(keys)} of the {n_units} units {META} announces")
-    if missing:
-        return f"detection run {d} is not finished: " + ", ".join(
-            f"no {m}" if m == SUMMARY else m for m in missing)
-    return None
-
-
-def newest_finished_detection(run_dir: str | Path) -> tuple[Path | None, list[str]]:
-    """The newest finished `detect/FT*/` of a contamination run dir, and why each newer one was passed over.
-
-    The one lookup of "the run's detection" (run_baselines' zcp_* detectors, the ablations, the study
-    report). Newest = latest modification of its records.jsonl or summary.json. Returns (None, reasons)
-    when no detection there is finished (reasons empty: there is none at all).
-    """
-    dirs = [p for p in Path(run_dir).glob("detect/FT*") if p.is_dir() and (p / RECORDS).exists()]
-
-    def mtime(p: Path) -> float:
-        return max((p / n).stat().st_mtime for n in (RECORDS, SUMMARY) if (p / n).exists())
-
-    passed: list[str] = []
-    for d in sorted(dirs, key=mtime, reverse=True):
-        reason = detection_unfinished(d)
-        if reason is None:
-            return d, passed
-        passed.append(reason)
-    return None, passed
 
 
 def _spent(part: dict[str, Any]) -> str:

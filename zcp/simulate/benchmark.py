@@ -16,6 +16,7 @@ from typing import Any
 from zcp.config.schemas import DataConfig
 from zcp.core.io import sha256_file
 from zcp.core.items import Item
+from zcp.core.rundir import MANIFEST
 from zcp.errors import ConfigError, DataError
 from zcp.simulate.rundir import resolve_model_path
 from zcp.simulate.settings import field_default, sim_config
@@ -157,7 +158,7 @@ def write_manifest(cfg: Any, items: list[Item], run_dir: Path, seed: int) -> Any
     from zcp.benchmarks.split import Manifest
 
     s = sim_config(cfg)
-    dest = run_dir / "manifest.json"
+    dest = run_dir / MANIFEST
     if s.given_split:  # the split is given: C = the C file, U = the U file
         manifest = _given_manifest(s, seed, with_source=True)
         manifest.save(dest)

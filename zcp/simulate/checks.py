@@ -18,6 +18,7 @@ from typing import Any
 
 from zcp.config.schemas import TrainConfig, build
 from zcp.core.items import Item
+from zcp.core.rundir import MODEL
 from zcp.simulate.benchmark import load_benchmark, load_split_files, planned_manifest
 from zcp.simulate.rundir import DEFAULT_REWARDS, is_sham, resolve_model_path
 from zcp.simulate.settings import sim_config
@@ -92,7 +93,7 @@ def check_base_model(c: Any) -> None:
 def min_free_bytes(c: Any, run_dir: Path) -> int:
     """The free space a contamination run states it needs before it starts: the base model's size (the merged
     model it writes) plus `MIN_FREE_MARGIN`; only the margin once model/ exists (a hub model: its size unknown)."""
-    if (run_dir / "model" / "config.json").is_file():
+    if (run_dir / MODEL / "config.json").is_file():
         return MIN_FREE_MARGIN
     base = Path(resolve_model_path(sim_config(c).model.path))
     size = sum(f.stat().st_size for f in base.rglob("*") if f.is_file()) if base.is_dir() else 0

@@ -43,6 +43,7 @@ from typing import Any
 
 from zcp.core.io import RunLock, read_json, read_jsonl, seed_everything, sha256_file, stable_hash, write_json
 from zcp.core.items import Item
+from zcp.core.rundir import BENCHMARK_ITEMS, EXPOSURE, MANIFEST, MODEL  # the run dir's files, named once
 from zcp.errors import DataError
 from zcp.simulate.benchmark import (  # noqa: F401  (re-exported)
     _manifest,
@@ -235,7 +236,7 @@ def _contaminate(s: SimConfig, fingerprint: dict[str, Any], run_dir: Path) -> Co
     _barrier()
     return ContaminationResult(run_dir=run_dir, model_dir=p.model_dir, sft_adapter_dir=p.sft_dir,
                                grpo_adapter_dir=p.grpo_dir, manifest_path=p.manifest_path,
-                               exposure_path=run_dir / "exposure.json", table6=t6, leaked_ids=leaked_ids,
+                               exposure_path=run_dir / EXPOSURE, table6=t6, leaked_ids=leaked_ids,
                                stages_run=done.run, stages_skipped=done.skipped, arm=p.arm)
 
 
@@ -261,9 +262,9 @@ class _Pipeline:
         self.sft_settings = _sft_settings(s)
         self.sft_dir = run_dir / "sft_adapter"
         self.grpo_dir = run_dir / "grpo_adapter" if self.grpo_steps > 0 else None
-        self.model_dir = run_dir / "model"
+        self.model_dir = run_dir / MODEL
         self.sft_path = run_dir / "sft_data.jsonl"
-        self.manifest_path = run_dir / "manifest.json"
+        self.manifest_path = run_dir / MANIFEST
         self._items: list[Item] | None = None
         self._tokenizer: Any = None
 
@@ -472,7 +473,7 @@ class _Pipeline:
             "manifest": str(manifest_path),
             "manifest_sha256": sha256_file(manifest_path),
             "split_files": {"c_path": s.split.c_path, "u_path": s.split.u_path},
-            "benchmark_items": str(run_dir / "benchmark_items.jsonl"),
+            "benchmark_items": str(run_dir / BENCHMARK_ITEMS),
             "variants": str(run_dir / "variants.jsonl"),
             "sft_data": str(self.sft_path),
             "benchmark": self.c.get("benchmark"),  # the benchmark section as the config gave it
@@ -496,7 +497,7 @@ class _Pipeline:
         """table6.{json,md}, exposure.json and the W&B summary/artifact; returns Table 6."""
         evals = self.evals()
         t6 = table6(evals) if evals else {"stages": [], "rows": []}
-        run_dir, manifest_path, exposure_path = self.run_dir, self.manifest_path, self.run_dir / "exposure.json"
+        run_dir, manifest_path, exposure_path = self.run_dir, self.manifest_path, self.run_dir / EXPOSURE
         write_json(run_dir / "table6.json", t6)
         (run_dir / "table6.md").write_text(table6_markdown(t6) if evals else "evaluation disabled\n")
         exposure = self.exposure_record(leaked_ids)
@@ -525,7 +526,7 @@ def load_exposure(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check an `exposure.json` (or the run dir holding one); raises DataError when malformed."""
     p = Path(path)
     if p.is_dir():
-        p = p / "exposure.json"
+        p = p / EXPOSURE
     try:
         rec = json.loads(p.read_text())
     except (OSError, json.JSONDecodeError) as e:

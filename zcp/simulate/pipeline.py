@@ -24,6 +24,7 @@ from typing import Any
 from zcp.backends.tokenized import TokenizedBackend
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
+from zcp.core.rundir import BASELINES, DETECT, SIMULATION_SUMMARY
 from zcp.probe.detect import DetectDataset, DetectSettings, detect
 from zcp.probe.did import did_markdown, simulation_did
 from zcp.probe.metrics import metric_label
@@ -192,7 +193,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     models = {"FT": str(result.model_dir)}
     if det.base_model:
         models["base"] = resolve_model_path(s.model.path)
-    out_root = Path(result.run_dir) / "detect"
+    out_root = Path(result.run_dir) / DETECT
     shared_root = Path(result.run_dir).parent
     check_writable(out_root, key="the detection stage's dir")  # before a model loads
     if "base" in models:
@@ -244,7 +245,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         "verdicts": {name: s["verdicts"] for name, s in summaries.items()},
         "did": did,
     }
-    (out_root / "simulation_summary.json").write_text(json.dumps(sim, indent=2, default=str))
+    (out_root / SIMULATION_SUMMARY).write_text(json.dumps(sim, indent=2, default=str))
     with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
                  name=f"{s.name}-detect") as tr:
         for name, s in summaries.items():
@@ -259,7 +260,7 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
           + str(seeds) + ")\n\n" + table7)
     if did:
         print("Difference-in-differences (FT gap minus base gap, item-paired)\n\n" + did_markdown(did))
-    print(f"plot: {plot}\nsummary: {out_root / 'simulation_summary.json'}")
+    print(f"plot: {plot}\nsummary: {out_root / SIMULATION_SUMMARY}")
     return sim
 
 
@@ -302,7 +303,7 @@ def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
     from zcp.validate.baselines import register_schema
 
     register_schema()
-    overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / 'baselines'}",
+    overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / BASELINES}",
                  *sim_config(cfg).baselines_overrides]
     gh = GlobalHydra.instance()
     if gh.is_initialized():  # inside a Hydra app (train/run_contaminate.py): its search path is this repo's conf/

@@ -16,6 +16,7 @@ from typing import Any
 
 from zcp.config.schemas import ExposureConfig
 from zcp.core.io import model_fingerprint, read_json, stable_hash, write_json
+from zcp.core.rundir import RUN_CONFIG
 from zcp.simulate.settings import field_default, plain_values, sim_config
 
 # Config sections that do not change what is trained or measured here (detection settings included):
@@ -163,7 +164,7 @@ def _fingerprint_check(run_dir: Path, cfg: Any, fp: dict[str, Any] | None = None
     from zcp.errors import ConfigError
 
     fp = fp or _config_fingerprint(cfg)
-    path = run_dir / "run_config.json"
+    path = run_dir / RUN_CONFIG
     if path.exists():
         old = read_json(path)
         # a run made before keys were added or left out of the fingerprint: compare in today's canonical form

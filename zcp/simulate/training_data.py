@@ -25,6 +25,7 @@ from typing import Any
 from zcp.config.schemas import ExposureConfig
 from zcp.core.io import read_json, read_jsonl, write_json, write_jsonl
 from zcp.core.items import Item
+from zcp.core.rundir import BENCHMARK_ITEMS
 from zcp.errors import DataError
 from zcp.simulate import data as tdata
 from zcp.simulate.benchmark import generated_benchmark
@@ -223,7 +224,7 @@ def build_training_data(cfg: Any, items: list[Item], manifest: Any, run_dir: Pat
         counts["sham_paraphraser"] = str(ex.paraphraser)
     if answer_format != "probe":
         counts["answer_formats"] = dict(sorted(Counter(r.get("answer_format", "probe") for r in contamination).items()))
-    write_jsonl(run_dir / "benchmark_items.jsonl", [it.to_dict() for it in items])
+    write_jsonl(run_dir / BENCHMARK_ITEMS, [it.to_dict() for it in items])
     write_jsonl(run_dir / "variants.jsonl", [v.to_dict() for v in variants])
     write_jsonl(run_dir / "grpo_data.jsonl", tdata.grpo_records(grpo_src))
     write_jsonl(run_dir / TRAINING_ITEMS, train_rows)

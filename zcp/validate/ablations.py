@@ -15,8 +15,8 @@ full reasoning (r = 1). The same test gives C_cont per metric on C and on U: doe
 the model may reason?
 
 Detection records (the sample-size study's input, and the optional r = 0 check of the truncation curve) are
-used only when they are of a finished detection run (`zcp.probe.detect.detection_unfinished`); a run dir's are those
-of its newest finished detect/FT*/ (`zcp.probe.detect.newest_finished_detection`). The sample-size study refuses
+used only when they are of a finished detection run (`zcp.core.rundir.detection_unfinished`); a run dir's are those
+of its newest finished detect/FT*/ (`zcp.core.rundir.ContaminationRun.newest_detection`). The sample-size study refuses
 others (one line naming the dir and what is missing); the r = 0 check is then skipped with that reason in
 summary.json, and it runs only after the ablation's own results are written.
 
@@ -40,8 +40,19 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
-from zcp.core.io import RunLock, append_jsonl, read_json, read_jsonl, stable_hash, write_json, write_jsonl
+from zcp.core.io import RunLock, read_json, stable_hash, write_json, write_jsonl
 from zcp.core.items import Item
+from zcp.core.records import RecordStore
+from zcp.core.rundir import (
+    BENCHMARK_ITEMS,
+    DETECTION_RECORDS,
+    DETECTION_SUMMARY,
+    MANIFEST,
+    MODEL,
+    RUN_CONFIG,
+    ContaminationRun,
+    detection_unfinished,
+)
 from zcp.errors import DataError
 from zcp.probe.detect import ORIGINAL, REFERENCE, DetectDataset, DetectSettings, analyse
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_label, metric_names
@@ -91,7 +102,8 @@ def full_cots(backend: Backend, units: list[tuple[tuple, Item]], probe: ProbeCon
     """
     from zcp.core.answers import extract_boxed, is_parsable
 
-    have = {r["question"]: r for r in read_jsonl(path)} if path.exists() else {}
+    store = RecordStore(path, key=lambda r: r["question"])  # resumable: a torn last line is dropped, not kept
+    have = {r["question"]: r for r in store.load()}
     todo: dict[str, Item] = {}
     for _, it in units:
         if it.question not in have:
@@ -103,7 +115,7 @@ def full_cots(backend: Backend, units: list[tuple[tuple, Item]], probe: ProbeCon
         log.info("full-CoT generation: %d questions in %.1f s", len(items), time.time() - t0)
         rows = [{"question": it.question, "cot": out, "reasoning": strip_final_answer(out)}
                 for it, out in zip(items, outs, strict=True)]
-        append_jsonl(path, rows)
+        store.append(rows)
         have.update({r["question"]: r for r in rows})
     out: dict[str, dict] = {}
     for _, it in units:
@@ -133,9 +145,9 @@ def truncation_records(backend: Backend, units: list[tuple[tuple, Item]], cots: 
     from zcp.core.answers import answers_equal
 
     unit = truncation_unit(backend, unit)
-    existing = list(read_jsonl(path, tolerate_partial_last_line=True)) if path.exists() else []
+    store = RecordStore(path, key=lambda r: (float(r["ratio"]), *_rec_key(r)))  # torn last line dropped, repaired
     by_ratio: dict[float, dict[tuple, dict]] = defaultdict(dict)
-    for r in existing:
+    for r in store.load():
         by_ratio[float(r["ratio"])][_rec_key(r)] = r
     points = {q: cut_points(c["reasoning"], backend, unit) for q, c in cots.items()}
     out: list[dict[str, Any]] = []
@@ -177,7 +189,7 @@ def truncation_records(backend: Backend, units: list[tuple[tuple, Item]], cots: 
                            cot_prediction=c["cot_prediction"], cot_malformed=c["cot_malformed"],
                            cot_correct=(not c["cot_malformed"]) and answers_equal(c["cot_prediction"], it.answer))
                 rows.append(rec)
-            append_jsonl(path, rows)
+            store.append(rows)
             done = {**done, **{_rec_key(r): r for r in rows}}
         wanted = {k for k, _ in units}
         out += [r for k, r in done.items() if k in wanted]
@@ -216,7 +228,7 @@ def r0_check(records: list[dict[str, Any]], records_path: Path | None, problem: 
     if problem:
         return {"units_compared": 0, "skipped": problem}
     try:
-        detection = list(read_jsonl(records_path, tolerate_partial_last_line=True))  # type: ignore[arg-type]
+        detection = RecordStore(records_path).read()  # type: ignore[arg-type]
     except (DataError, OSError) as e:  # an optional check: a records file it cannot read is reported, not raised
         return {"units_compared": 0, "skipped": f"{records_path}: {' '.join(str(e).split())}"}
     return compare_with_detection(records, detection)
@@ -461,9 +473,7 @@ class AblationInputs:
 
 def detection_records_problem(records_path: Path | None, note: str | None = None) -> str | None:
     """Why `records_path` cannot be used as a detection run's records (None: it can): no such file, or its
-    detection run is not finished (`zcp.probe.detect.detection_unfinished`); `note` when there is no path at all."""
-    from zcp.probe.detect import detection_unfinished
-
+    detection run is not finished (`zcp.core.rundir.detection_unfinished`); `note` when there is no path at all."""
     if records_path is None:
         return note or "no detection records (set ablation.records or run the detection stage first)"
     if not records_path.is_file():
@@ -477,18 +487,15 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     from zcp.benchmarks.loaders import load_items
     from zcp.benchmarks.split import Manifest
     from zcp.config.schemas import SimulationJob, validate
-    from zcp.errors import ConfigError
     from zcp.simulate.splits import simulation_splits
 
-    root = Path(run_dir)
-    for need in ("run_config.json", "manifest.json", "benchmark_items.jsonl", "model"):
-        if not (root / need).exists():
-            raise ConfigError(f"run_dir={root}: no {need} (not a finished contamination run dir)")
-    cfg = read_json(root / "run_config.json")["config"]
+    run = ContaminationRun(run_dir).require(RUN_CONFIG, MANIFEST, BENCHMARK_ITEMS, MODEL)
+    root = run.path
+    cfg = run.config
     checked = validate({k: cfg[k] for k in ("detect", "stats") if k in cfg})
     det, st = checked["detect"], checked["stats"]
-    items = load_items(str(root / "benchmark_items.jsonl"), format="items")
-    manifest = Manifest.load(str(root / "manifest.json"))
+    items = load_items(str(run.items_path), format="items")
+    manifest = Manifest.load(str(run.manifest_path))
     # detect.reference_seed null = the run's seed (a stored run config holds it; SimulationJob's default otherwise)
     ref_seed = det.reference_seed if det.reference_seed is not None else int(cfg.get("seed", SimulationJob.seed))
     groups, refs, _ = simulation_splits(cfg, items, manifest, run_dir=root)
@@ -496,12 +503,11 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     stats = stats or st
     settings = DetectSettings(seeds=det.seeds, bootstrap_samples=stats.bootstrap_samples, alpha=stats.alpha,
                               test=stats.test, reference_draws="per_seed")
-    from zcp.probe.detect import RECORDS, newest_finished_detection
-
-    found, passed = newest_finished_detection(root)
+    found, passed = run.newest_detection()
     if passed:
         log.warning("%s%s", "; ".join(passed), f"; using {found}" if found is not None else "")
-    return AblationInputs(datasets, str(root / "model"), found / RECORDS if found is not None else None, settings,
+    records = found / DETECTION_RECORDS if found is not None else None
+    return AblationInputs(datasets, str(run.model_path), records, settings,
                           {"run_dir": str(root), "reference_seed": ref_seed, "m": det.m, "seeds": list(det.seeds)},
                           records_note=passed[0] if found is None and passed else None)
 
@@ -607,8 +613,8 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
                 summary["full_cot"] = {"rows": full_cot_table(recs, metrics, inputs.settings)}
                 tr.table("full_cot", summary["full_cot"]["rows"])
         if "sample_size" in which:
-            recs = list(read_jsonl(records_path, tolerate_partial_last_line=True))  # type: ignore[arg-type]
-            det_summary = records_path.parent / "summary.json"
+            recs = RecordStore(records_path).read()  # type: ignore[arg-type]
+            det_summary = records_path.parent / DETECTION_SUMMARY
             det_metrics = read_json(det_summary)["metrics"] if det_summary.exists() else \
                 [m for m in BUILTIN_METRICS if not get_metric(m).needs_full_cot]  # acc, p_first, p_all
             s = inputs.settings

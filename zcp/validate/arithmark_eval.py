@@ -115,7 +115,8 @@ def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dic
     from tqdm import tqdm
 
     from zcp.config.schemas import validate
-    from zcp.core.io import append_jsonl, read_jsonl, seed_everything, sha256_file, write_jsonl
+    from zcp.core.io import seed_everything, sha256_file, write_jsonl
+    from zcp.core.records import RecordStore
     from zcp.core.tracking import Tracker
 
     c = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)  # for W&B
@@ -142,16 +143,17 @@ def run_arithmark(cfg: Mapping[str, Any], backend: Backend | None = None) -> dic
             (out / "summary.json").write_text(json.dumps(summary, indent=2))
             return summary
         pred_file = out / "predictions.jsonl"
-        previous = read_jsonl(pred_file, tolerate_partial_last_line=True) if pred_file.exists() else []
         hashes = {r["id"]: record_hash(r) for r in records}
-        # resume: keep a finished row only if it was scored on this very record (same id and content)
-        done = {r["id"]: r for r in previous if hashes.get(r["id"]) == r.get("record_hash")}
-        write_jsonl(pred_file, [done[r["id"]] for r in records if r["id"] in done])  # drop stale/partial rows
+        # resume (zcp.core.records.RecordStore: a torn last line is dropped): keep a finished row only if it was
+        # scored on this very record (same id and content); stale rows are dropped from the file
+        store = RecordStore(pred_file, key=lambda r: r["id"])
+        done = {r["id"]: r for r in store.load(lambda rows: [r for r in rows
+                                                             if hashes.get(r["id"]) == r.get("record_hash")])}
         todo = [r for r in records if r["id"] not in done]
         chunk = job.chunk_size  # >= 1 (ArithMarkJob)
         for start in tqdm(range(0, len(todo), chunk), desc="arithmark", unit="chunk"):
             rows = score_arithmark(backend, todo[start:start + chunk], batch_size=N_OPTIONS * chunk)
-            append_jsonl(pred_file, rows)
+            store.append(rows)
             done.update((r["id"], r) for r in rows)
         result = summarize_arithmark([done[r["id"]] for r in records])
         name = model.name or (Path(str(model.path)).name if model.path else backend.name)

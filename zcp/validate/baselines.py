@@ -9,9 +9,9 @@ Inputs, either
   (unless ``ref_model.path`` is set), the references rebuilt as the simulation's detection stage builds
   them (`zcp.simulate.pipeline._references`: m x len(seeds) draws, the same reference seed, so the same reference
   items as ZCP) and, for the zcp_* detectors, the records of the newest FINISHED ``detect/FT*/``
-  (`zcp.probe.detect.newest_finished_detection`), or ``zcp_records``.
+  (`zcp.core.rundir.ContaminationRun.newest_detection`), or ``zcp_records``.
 
-Detection records (zcp_*) are used only when they are of a finished detection (`zcp.probe.detect.detection_unfinished`:
+Detection records (zcp_*) are used only when they are of a finished detection (`zcp.core.rundir.detection_unfinished`:
 summary.json there, every unit run_meta.json announces in the records), of the audited model (the detection's
 backend fingerprint, else its config.yaml's model, against the audited weights; a run dir's own detect/FT*/
 is its model's by construction) and of these items (every C and U id among its originals, unless that
@@ -55,8 +55,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp.core.io import RunLock, read_json, read_jsonl, stable_hash, write_json
+from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.records import RecordStore
+from zcp.core.rundir import DETECTION_META as DET_META
+from zcp.core.rundir import DETECTION_SUMMARY as DET_SUMMARY
+from zcp.core.rundir import detection_unfinished
 from zcp.errors import ConfigError, RunDirError
 from zcp.validate.baselines_config import (  # noqa: F401  (the job's schema, re-exported)
     DEFAULT_DETECTORS,
@@ -106,8 +109,6 @@ def detection_model(det_dir: str | Path) -> str | None:
     """The weights (`weights_id`) a detection run probed: its run_meta.json's backend fingerprint, else its
     config.yaml's model.path/adapter (their content now); None when the run says neither (a simulation's
     detect/FT*/ made before run_meta.json recorded the backend)."""
-    from zcp.probe.detect import META as DET_META
-
     d = Path(det_dir)
     fp = (read_json(d / DET_META) if (d / DET_META).exists() else {}).get("backend_fingerprint")
     if fp:
@@ -127,8 +128,6 @@ def detection_model(det_dir: str | Path) -> str | None:
 def _left_out_ids(det_dir: Path) -> set[str]:
     """Items a detection run listed as left out on purpose (no reference row, a skipped row, an overflowing
     original): the zcp_* detectors leave them unscored instead of refusing the records."""
-    from zcp.probe.detect import SUMMARY as DET_SUMMARY
-
     summ = read_json(det_dir / DET_SUMMARY) or {}
     out = {str(x["id"]) for x in summ.get("skipped_rows") or [] if isinstance(x, dict) and x.get("id") is not None}
     out |= {str(x["original_id"]) for x in summ.get("overflow") or []
@@ -147,8 +146,6 @@ def check_detection_records(inputs: JobInputs, detectors: Sequence[Any], *, expl
     of the zcp_* blocks' inputs) for records of a finished detection, whether zcp_* run now or not.
     No model is loaded, nothing is written.
     """
-    from zcp.probe.detect import detection_unfinished
-
     wanted = [d.name for d in detectors if "detection_records" in d.needs]
 
     def problem(msg: str) -> None:
@@ -185,13 +182,11 @@ def check_detection_records(inputs: JobInputs, detectors: Sequence[Any], *, expl
                     f"{inputs.model_path}")
             return None
     elif made_with != audited:
-        from zcp.probe.detect import SUMMARY as DET_SUMMARY
-
         name = (read_json(det / DET_SUMMARY) or {}).get("model")
         problem(f"zcp_records={path}: its detection run {det} probed another model ({name or made_with}) than "
                 f"the audited {inputs.model_path}")
         return None
-    records = list(read_jsonl(path, tolerate_partial_last_line=True))
+    records = RecordStore(path).read()
     have = {str(r.get("original_id", r.get("id"))) for r in records if r.get("variant") == "original"}
     left_out = _left_out_ids(det)
     for f in inputs.files.values():

@@ -9,8 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zcp.core.io import read_json
 from zcp.core.items import Item
+from zcp.core.rundir import (
+    BENCHMARK_ITEMS,
+    DETECTION_RECORDS,
+    EXPOSURE,
+    MANIFEST,
+    MODEL,
+    RUN_CONFIG,
+    ContaminationRun,
+)
 from zcp.errors import ConfigError
 
 log = logging.getLogger("zcp.validate.baselines")  # the job's logger
@@ -57,29 +65,21 @@ def inputs_from_run_dir(run_dir: str | Path, ref_override: str | None = None) ->
     from zcp.benchmarks.split import Manifest
     from zcp.simulate.splits import simulation_splits
 
-    run = Path(run_dir)
-    for name in ("manifest.json", "benchmark_items.jsonl", "exposure.json", "run_config.json", "model"):
-        if not (run / name).exists():
-            raise ConfigError(f"run_dir={run_dir}: no {name} there (not a finished contamination run directory)")
-    items = load_items(run / "benchmark_items.jsonl", "items")
-    manifest = Manifest.load(run / "manifest.json")
-    conf = (read_json(run / "run_config.json") or {}).get("config") or {}
-    groups, refs, _ = simulation_splits(conf, items, manifest, run_dir=run)
+    run = ContaminationRun(run_dir).require(MANIFEST, BENCHMARK_ITEMS, EXPOSURE, RUN_CONFIG, MODEL)
+    items = load_items(run.items_path, "items")
+    manifest = Manifest.load(run.manifest_path)
+    groups, refs, _ = simulation_splits(run.config, items, manifest, run_dir=run.path)
     files = {}
     for key, split in (("data", "C"), ("u", "U")):
         sub = groups[split]
-        files[key] = FileData(key, f"{run / 'benchmark_items.jsonl'}#{split}", sub, {it.id: refs[it.id] for it in sub})
-    exposure = read_json(run / "exposure.json")
-    from zcp.probe.detect import RECORDS as DET_RECORDS
-    from zcp.probe.detect import newest_finished_detection
-
-    det, passed = newest_finished_detection(run)
+        files[key] = FileData(key, f"{run.items_path}#{split}", sub, {it.id: refs[it.id] for it in sub})
+    det, passed = run.newest_detection()
     note = None
     if passed:
         note = passed[0] if det is None else None
         log.warning("%s%s", "; ".join(passed), f"; using {det}" if det is not None else "")
-    return JobInputs(files, str(run / "model"), None, ref_override or exposure.get("base_model"),
-                     str(det / DET_RECORDS) if det is not None else None, run.name, detection_note=note)
+    return JobInputs(files, str(run.model_path), None, ref_override or run.exposure.get("base_model"),
+                     str(det / DETECTION_RECORDS) if det is not None else None, run.name, detection_note=note)
 
 
 def inputs_from_data(cfg: Any) -> JobInputs:

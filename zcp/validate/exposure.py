@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.config.groups import ExposureConfig
+from zcp.core.rundir import ContaminationRun
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
 
@@ -24,11 +25,11 @@ from zcp.probe.report import c_cont_text
 def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
     """One row per finished run under root/<name>__*: the knobs, full-CoT accuracies and FT C_cont per split/metric."""
     rows = []
-    for run in sorted(Path(root).glob(f"{name}__*")):
-        sim_path, exp_path = run / "detect" / "simulation_summary.json", run / "exposure.json"
-        if not (sim_path.exists() and exp_path.exists()):
+    for path in sorted(Path(root).glob(f"{name}__*")):
+        run = ContaminationRun(path)
+        if not (run.simulation_summary_path.exists() and run.exposure_path.exists()):
             continue
-        sim, exp = json.loads(sim_path.read_text()), json.loads(exp_path.read_text())
+        sim, exp = run.simulation_summary, run.exposure
         row: dict[str, Any] = {"run": run.name, **exp["knobs"], "arm": run_arm(exp),
                                "base_model": Path(str(exp.get("base_model", ""))).name}
         for split_row in (sim.get("table6") or {}).get("rows", []):

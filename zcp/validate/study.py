@@ -24,7 +24,16 @@ from typing import Any
 
 from zcp import REPO_ROOT
 from zcp.config.groups import StatsConfig
-from zcp.core.io import read_json, read_jsonl, write_json
+from zcp.core.io import read_json, write_json
+from zcp.core.records import RecordStore
+from zcp.core.rundir import (
+    BASELINES,
+    BASELINES_SUMMARY,
+    DETECTION_RECORDS,
+    DETECTION_SUMMARY,
+    EXPOSURE,
+    ContaminationRun,
+)
 from zcp.probe.metrics import BUILTIN_METRICS
 from zcp.probe.report import c_cont_text
 
@@ -45,11 +54,9 @@ def _label(name: str, fallback: str | None = None) -> str:
 
 
 def newest_detection_dir(run_dir: str | Path) -> Path:
-    """The newest finished detect/FT*/ of a contamination run dir (`zcp.probe.detect.newest_finished_detection`, the
-    lookup the baselines and ablations use too); ConfigError naming what is missing when none is finished."""
-    from zcp.probe.detect import newest_finished_detection
-
-    found, passed = newest_finished_detection(run_dir)
+    """The newest finished detect/FT*/ of a contamination run dir (`zcp.core.rundir.ContaminationRun.newest_detection`,
+    the lookup the baselines and ablations use too); ConfigError naming what is missing when none is finished."""
+    found, passed = ContaminationRun(run_dir).newest_detection()
     if found is None:
         from zcp.errors import ConfigError
 
@@ -66,8 +73,8 @@ def zcp_rows(det_dir: str | Path, metrics: list[str]) -> list[dict[str, Any]]:
     from zcp.validate.detectors import auroc, tpr_at_fpr, zcp_item_scores
 
     det = Path(det_dir)
-    summary = read_json(det / "summary.json")
-    records = list(read_jsonl(det / "records.jsonl"))
+    summary = read_json(det / DETECTION_SUMMARY)
+    records = RecordStore(det / DETECTION_RECORDS).read()
     split_of = {r["original_id"]: r["split"] for r in records if r["variant"] == "original"}
     alpha = float(summary.get("alpha", StatsConfig.alpha))  # a detection's summary.json (an old one: the default)
     res = {(r["split"], r["metric"]): r for r in summary["results"] if r["variant"] == "original"}
@@ -260,24 +267,25 @@ def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[st
 
     entries, unfinished = [], []
     for d in dirs:
-        exp = d / "exposure.json"
-        if not exp.exists():
-            unfinished.append({"run": str(d), "missing": "exposure.json (contamination not finished)"})
+        run = ContaminationRun(d)
+        if not run.has(EXPOSURE):
+            unfinished.append({"run": str(d), "missing": f"{EXPOSURE} (contamination not finished)"})
             continue
-        record = read_json(exp)
+        record = run.exposure
         knobs = record["knobs"]
         try:
             det = newest_detection_dir(d)
         except ConfigError:
             unfinished.append({"run": str(d), "missing": "detect/FT*/summary.json (detection not finished)"})
             continue
-        if not (d / "baselines" / "summary.json").exists():
+        if not run.baselines_summary_path.exists():
             unfinished.append({"run": str(d), "missing": "baselines/summary.json (baselines stage not finished)"})
             continue
         rows = zcp_rows(det, metrics)
         # the stage's baselines/, then any further run_baselines.py output in the run dir (baselines_*/, e.g.
         # the likelihood detectors with other parameters); a detector already shown is not repeated
-        for b in sorted(d.glob("baselines*/summary.json"), key=lambda p: (p.parent.name != "baselines", p.parent.name)):
+        for b in sorted(d.glob(f"{BASELINES}*/{BASELINES_SUMMARY}"),
+                        key=lambda p: (p.parent.name != BASELINES, p.parent.name)):
             seen = {r["detector"] for r in rows}
             rows += [r for r in baseline_rows(b.parent) if r["detector"] not in seen]
         kind = "sham" if run_arm(record) == "sham" else "verbatim" if int(knobs["k"]) == 0 else "paraphrased"

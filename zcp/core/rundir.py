@@ -1,0 +1,203 @@
+"""The run directories the jobs hand to one another: their file names (once), the finished-detection rule, and
+`ContaminationRun`, the one reader of a contamination run directory.
+
+A contamination run dir (written by zcp.simulate: train/run_contaminate.py, train/run_demo.py) holds
+``run_config.json`` (the config it was made with), ``manifest.json`` (the C/U split), ``benchmark_items.jsonl``,
+``exposure.json`` (every knob, the base model), ``model/`` (the fine-tuned weights), ``detect/`` (the ZCP
+detections ``detect/FT__<key>/`` and ``detect/simulation_summary.json``) and ``baselines/``. The baselines, the
+ablations, the study and exposure reports and scripts/sham_fpr.py read it through `ContaminationRun`; the writers
+name its files by the constants below, so reader and writer cannot drift apart.
+
+Why core: nothing here needs more than paths and JSON (`zcp.core.io`). The benchmark-level parsing (the
+manifest into `zcp.benchmarks.split.Manifest`, the items through `zcp.benchmarks.loaders`) stays with the
+callers, which live in higher layers; the detection run's format (its files and unit key) is here because
+both its writer (zcp.probe.detect) and its readers (zcp.validate) need it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from zcp.core.io import read_json
+from zcp.core.records import RecordStore
+from zcp.errors import ConfigError, DataError, RunDirError
+
+# ------------------------------------------------------------------------------------------ a detection run dir
+DETECTION_RECORDS = "records.jsonl"
+DETECTION_META = "run_meta.json"
+DETECTION_SUMMARY = "summary.json"
+DETECTION_UNIT = ("split", "variant", "original_id", "draw")  # what locates a detection record
+
+
+def detection_unit(rec: dict[str, Any]) -> tuple[str, str, str, int]:
+    """The unit a detection record is of: (split, variant, original_id, draw)."""
+    return (rec["split"], rec["variant"], rec["original_id"], int(rec["draw"]))
+
+
+def detection_unfinished(det_dir: str | os.PathLike[str]) -> str | None:
+    """Why `det_dir` is not a finished detection run (one line naming the dir and what is missing), or None.
+
+    Finished: records.jsonl, run_meta.json and summary.json are there and the records hold every unit
+    run_meta.json announces (`n_units`, distinct units). Why: the records of a killed run (cut midway, no
+    summary) look like a smaller benchmark; whoever reads them (the zcp_* baselines, the ablations, the
+    study report) must not mistake them for a finished detection.
+    """
+    d = Path(det_dir)
+    if not d.is_dir():
+        return f"detection run {d}: no such directory"
+    names = (DETECTION_RECORDS, DETECTION_META, DETECTION_SUMMARY)
+    missing = [name for name in names if not (d / name).exists()]
+    if DETECTION_RECORDS in missing or DETECTION_META in missing:
+        return f"detection run {d} is not finished: no {' and no '.join(missing)}"
+    try:
+        n_units = read_json(d / DETECTION_META).get("n_units")
+        keys = {detection_unit(r) for r in RecordStore(d / DETECTION_RECORDS).read()}
+    except (RunDirError, DataError, KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"detection run {d} is not finished: {' '.join(str(e).split())}"
+    if not isinstance(n_units, int):
+        missing.append(f"{DETECTION_META} announces no n_units")
+    elif len(keys) < n_units:
+        missing.append(f"{DETECTION_RECORDS} holds {len(keys)} of the {n_units} units {DETECTION_META} announces")
+    if missing:
+        return f"detection run {d} is not finished: " + ", ".join(
+            f"no {m}" if m == DETECTION_SUMMARY else m for m in missing)
+    return None
+
+
+# ------------------------------------------------------------------------------------------ a contamination run dir
+RUN_CONFIG = "run_config.json"
+MANIFEST = "manifest.json"
+BENCHMARK_ITEMS = "benchmark_items.jsonl"
+EXPOSURE = "exposure.json"
+MODEL = "model"
+DETECT = "detect"  # the detection stage's dir: detect/FT__<key>/ and the files below
+SIMULATION_SUMMARY = "simulation_summary.json"  # in detect/
+BASELINES = "baselines"  # the baselines stage's dir
+BASELINES_SUMMARY = "summary.json"  # in baselines/ (zcp.validate.baselines writes it)
+FINE_TUNED_DETECTIONS = "FT*"  # detect/FT__<key>/: the detections of the fine-tuned model
+
+
+class ContaminationRun:
+    """A contamination run directory, read: its files' paths, its JSON records and its newest finished detection.
+
+    Nothing is read on construction. `require(*names)` checks files are there (one-line ConfigError naming the
+    dir and the first missing one); the JSON properties (`config`, `exposure`, `simulation_summary`) require
+    their file and read it once (a cut file: RunDirError naming it). `key` is the config key messages name
+    for the directory (run_dir for the jobs).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key: str = "run_dir") -> None:
+        self.path = Path(path)
+        self.key = key
+        self._json: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"ContaminationRun({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        """The run's name (its directory's)."""
+        return self.path.name
+
+    # ------------------------------------------------------------------------------ paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / RUN_CONFIG
+
+    @property
+    def manifest_path(self) -> Path:
+        """manifest.json: the C/U split (`zcp.benchmarks.split.Manifest.load` parses it)."""
+        return self.path / MANIFEST
+
+    @property
+    def items_path(self) -> Path:
+        """benchmark_items.jsonl: the benchmark's items, format "items" (`zcp.benchmarks.loaders.load_items`)."""
+        return self.path / BENCHMARK_ITEMS
+
+    @property
+    def exposure_path(self) -> Path:
+        return self.path / EXPOSURE
+
+    @property
+    def model_path(self) -> Path:
+        """model/: the fine-tuned (contaminated, or for a sham run merely fine-tuned) model."""
+        return self.path / MODEL
+
+    @property
+    def detect_dir(self) -> Path:
+        return self.path / DETECT
+
+    @property
+    def simulation_summary_path(self) -> Path:
+        return self.path / DETECT / SIMULATION_SUMMARY
+
+    @property
+    def baselines_summary_path(self) -> Path:
+        """baselines/summary.json: the simulation's baselines stage's summary."""
+        return self.path / BASELINES / BASELINES_SUMMARY
+
+    # ------------------------------------------------------------------------------ checks
+    def missing(self, *names: str) -> list[str]:
+        """Those of `names` (paths relative to the run dir, e.g. MODEL or "detect/simulation_summary.json")
+        that are not there."""
+        return [n for n in names if not (self.path / n).exists()]
+
+    def has(self, *names: str) -> bool:
+        """Whether every one of `names` is there."""
+        return not self.missing(*names)
+
+    def require(self, *names: str) -> ContaminationRun:
+        """ConfigError (one line naming the dir and the first missing file) unless every one of `names` is
+        there; returns the run, for chaining."""
+        gone = self.missing(*names)
+        if gone:
+            raise ConfigError(f"{self.key}={self.path}: no {gone[0]} there (not a finished contamination run "
+                              "directory)")
+        return self
+
+    # ------------------------------------------------------------------------------ records
+    def _read(self, rel: str) -> Any:
+        if rel not in self._json:
+            self.require(rel)
+            self._json[rel] = read_json(self.path / rel)
+        return self._json[rel]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The plain config the run was made with (run_config.json's ``config``; {} when it holds none)."""
+        return dict((self._read(RUN_CONFIG) or {}).get("config") or {})
+
+    @property
+    def exposure(self) -> dict[str, Any]:
+        """exposure.json as written (every knob, the seeds, the ids by role, ``base_model``); the strict check
+        of its schema is `zcp.simulate.contaminate.load_exposure`."""
+        return self._read(EXPOSURE) or {}
+
+    @property
+    def simulation_summary(self) -> dict[str, Any]:
+        """detect/simulation_summary.json: the detection stage's results per model (FT, base), DiD, Table 6."""
+        return self._read(f"{DETECT}/{SIMULATION_SUMMARY}") or {}
+
+    def newest_detection(self) -> tuple[Path | None, list[str]]:
+        """The newest finished detect/FT*/ of the run, and why each newer one was passed over.
+
+        The one lookup of "the run's detection" (run_baselines' zcp_* detectors, the ablations, the study
+        report). Newest = latest modification of its records.jsonl or summary.json; finished =
+        `detection_unfinished` says nothing. Returns (None, reasons) when no detection there is finished
+        (reasons empty: there is none at all).
+        """
+        dirs = [p for p in self.detect_dir.glob(FINE_TUNED_DETECTIONS)
+                if p.is_dir() and (p / DETECTION_RECORDS).exists()]
+
+        def mtime(p: Path) -> float:
+            return max((p / n).stat().st_mtime for n in (DETECTION_RECORDS, DETECTION_SUMMARY) if (p / n).exists())
+
+        passed: list[str] = []
+        for d in sorted(dirs, key=mtime, reverse=True):
+            reason = detection_unfinished(d)
+            if reason is None:
+                return d, passed
+            passed.append(reason)
+        return None, passed
