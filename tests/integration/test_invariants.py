@@ -3,8 +3,9 @@
 - the baselines' default detector list (zcp.validate.baselines_config.DEFAULT_DETECTORS) equals
   conf/baselines.yaml's `detectors`, and every name in it is a registered detector;
 - the config layer imports no job: importing zcp.config loads nothing of zcp.simulate / zcp.validate and of
-  zcp.probe only `stats` (pure functions: the test names `stats.test` may take) and `metrics` (the metric table,
-  importing nothing of zcp: the names `probe.metrics` may take);
+  zcp.probe only `stats` (pure functions: the test names `stats.test` may take), `metrics` (the metric table,
+  importing nothing of zcp: the names `probe.metrics` may take) and `conventions` (the answer-convention table,
+  importing only zcp.core.answers: the names `probe.prefill` may take);
   baselines and calibration register their own roots when their entry point imports them;
 - the import graph of zcp/ has no cycle, counting imports inside functions (scripts/check_imports.py).
 """
@@ -42,7 +43,7 @@ def test_validate_layer_jobs_register_their_roots_and_an_unimported_one_is_named
 def test_config_layer_imports_no_higher_layer():
     code = ("import sys\nimport zcp.config, zcp.config.schemas\n"
             "bad = sorted(m for m in sys.modules if m.startswith(('zcp.probe', 'zcp.simulate', 'zcp.validate'))\n"
-            "             and m not in ('zcp.probe', 'zcp.probe.stats', 'zcp.probe.metrics'))\n"
+            "             and m not in ('zcp.probe', 'zcp.probe.stats', 'zcp.probe.metrics', 'zcp.probe.conventions'))\n"
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]", out

@@ -22,9 +22,11 @@ from zcp.config.checks import (
 )
 from zcp.config.conform import MESSAGE_PREFIX, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
+from zcp.config.prefill import AutoPrefillConfig, check_prefill
 from zcp.core.answers import FINAL_ANSWER_PREFIX
 from zcp.core.tracking import LoggerConfig  # the `logger` group, defined beside the tracker that reads it
 from zcp.errors import ConfigError
+from zcp.probe.conventions import PROBE as PROBE_CONVENTION
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, unknown_metrics
 from zcp.probe.stats import TESTS
 
@@ -361,7 +363,8 @@ PROBE_MODES = ("auto", "prefill", "api")
 @dataclass
 class ProbeGroupConfig:
     """The `probe` group (conf/probe/zcp.yaml documents each key): prompts and generation budgets of the
-    Zero-CoT Probe; zcp.probe.detect.probe_config turns it into a zcp.probe.prompts.ProbeConfig (model.probe.* over it)."""
+    Zero-CoT Probe; zcp.probe.detect.probe_config turns it into a zcp.probe.prompts.ProbeConfig (model.probe.* over it).
+    `prefill` names the answer conventions probed (zcp.probe.conventions; several: zcp.probe.multiconv)."""
 
     # extra keys a run may add with `+probe.KEY=...` (zcp.probe.prompts.ProbeConfig reads them; not composed by default)
     EXTRA_KEYS: ClassVar[dict[str, Any]] = {"api_instruction": str}
@@ -376,6 +379,10 @@ class ProbeGroupConfig:
     answer_suffix: str | None = None  # null: derived from zero_cot_prefix (zcp.probe.prompts.answer_end)
     zero_cot_max_tokens: int = 32
     full_cot_max_tokens: int = 512
+    # the answer conventions probed: a name (probe = the line of zero_cot_prefix; hash, sentence, boxed, or one
+    # registered in zcp.probe.conventions), a literal pre-fill ("Answer: "), a list of these, or auto
+    prefill: Any = field(default=PROBE_CONVENTION, metadata={"schema": str | list[str]})
+    auto: AutoPrefillConfig = field(default_factory=AutoPrefillConfig)
 
     def __post_init__(self) -> None:
         ms = list(self.metrics)
@@ -384,6 +391,7 @@ class ProbeGroupConfig:
         check_value(self.mode in PROBE_MODES, "probe.mode", self.mode, f"one of {list(PROBE_MODES)}")
         check_value(isinstance(self.zero_cot_prefix, str), "probe.zero_cot_prefix", self.zero_cot_prefix,
                     'a string: the text the zero-CoT answer is pre-filled after (e.g. "#### ")')
+        self.prefill = check_prefill(self.prefill, self.zero_cot_prefix, self.answer_suffix, self.mode)
         check_value("{question}" in self.user_template and _formats(self.user_template), "probe.user_template",
                     self.user_template, 'a template holding {question} and no other {...} field')
         gen = sorted(m for m in ms if get_metric(m).needs_generation)  # the zero-CoT answer (acc, con)

@@ -30,11 +30,11 @@ from zcp.core.answers import (
     FINAL_ANSWER_PREFIX,
     answers_equal,
     extract_boxed,
-    extract_prefilled_box,
     is_parsable,
 )
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
+from zcp.probe.conventions import answer_end, extract_after_prefill, opens_group, stated_answer, zero_cot_stop
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, needing, unknown_metrics
 
 ZERO_COT_PREFIX = FINAL_ANSWER_PREFIX  # the answer line up to the brace (zcp.core.answers)
@@ -71,25 +71,6 @@ class ProbeConfig:
             raise ValueError(f"probe.mode must be auto, prefill or api, not {self.mode!r}")
         if self.answer_suffix is not None and not isinstance(self.answer_suffix, str):
             raise ValueError(f"probe.answer_suffix must be null or a string, not {self.answer_suffix!r}")
-
-
-def answer_end(prefix: str) -> str:
-    """The text that ends an answer written right after `prefix` (a pure function of the prefix).
-
-    Rule: when `prefix` leaves brace groups open, one `}` per open group, so the default
-    ``... \\boxed{`` gives "}" and ``... \\boxed{\\text{`` gives "}}". Braces are counted raw, as
-    `zcp.core.answers.close_brace_index` and generation's `stop_at_box_close` count them (a `}` with no open
-    group is ignored). A prefix with no open group (``#### ``, ``The answer is: ``) puts the answer on a
-    line of its own, so the answer ends at the end of that line: "\\n". Conventions that end otherwise
-    (``$``, an EOS-terminated answer) set `ProbeConfig.answer_suffix` instead.
-    """
-    depth = 0
-    for ch in prefix:
-        if ch == "{":
-            depth += 1
-        elif ch == "}" and depth:
-            depth -= 1
-    return "}" * depth if depth else "\n"
 
 
 def scored_suffix(cfg: ProbeConfig) -> str:
@@ -222,6 +203,9 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
     recs: list[dict[str, Any]] = [
         {"id": it.id, "prompt_hash": stable_hash(repr(p)), "gold": it.answer} for it, p in zip(items, zprompts, strict=True)
     ]
+    if "convention" in cfg.extra:  # one convention of a multi-convention run (zcp.probe.multiconv): said per record
+        for rec in recs:
+            rec["convention"] = cfg.extra["convention"]
     _answer_metrics(backend, items, zprompts, recs, cfg, prefill)
     if needing(cfg.metrics, "full_cot"):
         outs = backend.generate([
@@ -230,6 +214,8 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
         ])
         for rec, it, out in zip(recs, items, outs, strict=True):
             cot = extract_boxed(out)
+            if cot is None and "convention" in cfg.extra:  # a multi-convention run reads `#### 42` too
+                cot = stated_answer(out)
             cot_malformed = not is_parsable(cot)
             rec["cot_prediction"] = cot
             rec["cot_malformed"] = cot_malformed
@@ -269,12 +255,16 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
             rec["p_first"] = math.exp(lps[0])
             rec["p_all"] = math.exp(sum(lps) / len(lps))
     if needing(cfg.metrics, "generation"):
+        # a box pre-fill stops where the box closes; a line convention (`#### `, `The answer is `) at the line's end
+        box = prefill and opens_group(cfg.zero_cot_prefix)
+        stop = zero_cot_stop(cfg.zero_cot_prefix) if prefill else ()
         outs = backend.generate([
-            GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop_at_box_close=prefill)
+            GenerationRequest(p, max_new_tokens=cfg.zero_cot_max_tokens, stop=stop, stop_at_box_close=box)
             for p in prompts
         ])
+        end = scored_suffix(cfg)
         for rec, it, out in zip(recs, items, outs, strict=True):
-            pred = extract_prefilled_box(out) if prefill else extract_boxed(out)
+            pred = extract_after_prefill(out, cfg.zero_cot_prefix, end) if prefill else extract_boxed(out)
             malformed = not is_parsable(pred)
             rec["raw_output"] = out
             rec["prediction"] = pred

@@ -462,3 +462,26 @@ def combine(p_values: Mapping[str, float], alpha: float = 0.05) -> dict:
     p = min(1.0, k * p_min)
     return {"rule": "bonferroni_min_p", "p_value": p, "c_cont": c_cont(p), "contaminated": bool(p < alpha),
             "alpha": alpha, "metrics": sorted(p_values), "driving_metric": metric}
+
+
+def combine_conventions(p_values: Mapping[str, Mapping[str, float]], alpha: float = 0.05) -> dict:
+    """`combine` over several answer conventions (zcp.probe.multiconv): Bonferroni on the smallest of every
+    (convention, metric) p-value, `p_values[convention][metric]`, so one verdict covers every convention probed.
+
+    With one convention it is exactly `combine` of its metrics (the single-convention verdict, unchanged).
+    Otherwise the result adds `conventions`, `driving_convention` and `n_tests` (K, the number of p-values): the
+    tests share items (and the full-CoT generation), so they are dependent and Bonferroni, valid under any
+    dependence, is used, at a cost of at most the factor K.
+    """
+    if len(p_values) == 1:
+        return combine(next(iter(p_values.values())), alpha)
+    out = combine({}, alpha)
+    flat = [(c, m, float(p)) for c, ps in p_values.items() for m, p in ps.items()]
+    out.update(conventions=list(p_values), driving_convention=None, n_tests=len(flat))
+    if not flat:
+        return out
+    conv, metric, p_min = min(flat, key=lambda t: t[2])
+    p = min(1.0, len(flat) * p_min)
+    out.update(p_value=p, c_cont=c_cont(p), contaminated=bool(p < alpha),
+               metrics=sorted({m for _, m, _ in flat}), driving_metric=metric, driving_convention=conv)
+    return out

@@ -11,6 +11,11 @@ field); no model access. The detectors are generated from the metric table (zcp.
 Benchmark decision: ZCP's own test on that metric (the within-item permutation test over all reference
 draws, `zcp.probe.stats.paired_test`; exact for binary metrics), p < alpha — one metric, without ZCP's Bonferroni
 combination over metrics.
+
+Records of a multi-convention detection (`probe.prefill` a list or `auto`: each record carries `convention`) are read
+per convention: an item's score is its largest gap over the conventions, the decision Bonferroni over the
+conventions' tests of the metric. So a zcp_* detector reads whatever conventions its detection run probed (it
+probes nothing itself: `probe.prefill` is chosen where the records are made, the detection).
 """
 
 from __future__ import annotations
@@ -53,9 +58,37 @@ def _item_versions(records: Sequence[dict[str, Any]], metric: str) -> dict[str, 
             for oid, x in orig.items() if refs.get(oid)}
 
 
+def _by_convention(records: Sequence[dict[str, Any]], metric: str) -> dict[Any, dict[str, tuple[float, list[float]]]]:
+    """`_item_versions` per answer convention: the records of a multi-convention detection (zcp.probe.multiconv) say
+    which pre-fill each was probed after (`convention`); records without it are one convention (key None)."""
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[r.get("convention")].append(r)
+    return {c: _item_versions(rs, metric) for c, rs in groups.items()}
+
+
+def _best_gap(by_conv: dict[Any, dict[str, tuple[float, list[float]]]], oid: str) -> tuple[Any, float, list[float]] | None:
+    """The convention under which item `oid`'s gap is largest, with its original's metric and reference draws."""
+    best = None
+    for c, versions in by_conv.items():
+        if oid in versions:
+            x, ys = versions[oid]
+            if best is None or x - np.mean(ys) > best[1] - np.mean(best[2]):
+                best = (c, x, ys)
+    return best
+
+
 def zcp_item_scores(records: list[dict[str, Any]], metric: str) -> dict[str, float]:
-    """Item id -> original's metric minus the mean of its reference draws (items with both only)."""
-    return {oid: float(x - np.mean(ys)) for oid, (x, ys) in _item_versions(records, metric).items()}
+    """Item id -> original's metric minus the mean of its reference draws (items with both only); for the records
+    of several answer conventions, the largest of the item's gaps over the conventions."""
+    by_conv = _by_convention(records, metric)
+    ids = dict.fromkeys(oid for versions in by_conv.values() for oid in versions)
+    out = {}
+    for oid in ids:
+        best = _best_gap(by_conv, oid)
+        if best is not None:
+            out[oid] = float(best[1] - np.mean(best[2]))
+    return out
 
 
 class ZCPGap(Detector):
@@ -77,16 +110,21 @@ class ZCPGap(Detector):
         return None
 
     def score_items(self, backend: Backend, items: Sequence[Item], ctx: DetectorContext) -> list[dict[str, Any]]:
-        """The item's gap, or no score when the detection run has no original+reference rows for it."""
-        versions = _item_versions(ctx.detection_records or [], self.metric)
+        """The item's gap, or no score when the detection run has no original+reference rows for it; with several
+        answer conventions probed, the largest over them (`convention` says which)."""
+        by_conv = _by_convention(ctx.detection_records or [], self.metric)
         out = []
         for it in items:
-            if it.id not in versions:
+            best = _best_gap(by_conv, it.id)
+            if best is None:
                 out.append({"id": it.id, "score": None, "reason": "not in the detection records"})
                 continue
-            x, ys = versions[it.id]
-            out.append({"id": it.id, "score": float(x - np.mean(ys)), "original": x, "reference_mean": float(np.mean(ys)),
-                        "m": len(ys)})
+            conv, x, ys = best
+            row = {"id": it.id, "score": float(x - np.mean(ys)), "original": x, "reference_mean": float(np.mean(ys)),
+                   "m": len(ys)}
+            if len(by_conv) > 1:
+                row["convention"] = conv
+            out.append(row)
         return out
 
     def benchmark_decision(self, records: Sequence[dict[str, Any]], ctx: DetectorContext) -> dict[str, Any]:
@@ -94,15 +132,27 @@ class ZCPGap(Detector):
         from zcp.probe.stats import paired_test
 
         ids = {str(r["id"]) for r in records if r.get("variant", "original") == "original" and r.get("score") is not None}
-        versions = {k: v for k, v in _item_versions(ctx.detection_records or [], self.metric).items() if k in ids}
+        by_conv = {c: {k: v for k, v in versions.items() if k in ids}
+                   for c, versions in _by_convention(ctx.detection_records or [], self.metric).items()}
+        by_conv = {c: v for c, v in by_conv.items() if v}
         rule = f"ZCP within-item permutation test on {self.metric} over all reference draws, p < {ctx.alpha}"
-        if not versions:
+        if len(by_conv) > 1:
+            rule = (f"ZCP within-item permutation test on {self.metric} over all reference draws under each of the "
+                    f"{len(by_conv)} answer conventions, Bonferroni over them, p < {ctx.alpha}")
+        if not by_conv:
             return {"statistic": float("nan"), "decision": None, "rule": rule, "p_value": None, "threshold": ctx.alpha}
-        keys = sorted(versions)
-        res = paired_test(self.metric, [versions[k][0] for k in keys], [versions[k][1] for k in keys],
-                          B=ctx.bootstrap_samples, seed=ctx.seed, ids=keys)
-        return {"statistic": float(res.diff), "decision": bool(res.p_value < ctx.alpha), "rule": rule,
-                "p_value": float(res.p_value), "threshold": ctx.alpha}
+        tests = {}
+        for c, versions in by_conv.items():
+            keys = sorted(versions)
+            tests[c] = paired_test(self.metric, [versions[k][0] for k in keys], [versions[k][1] for k in keys],
+                                   B=ctx.bootstrap_samples, seed=ctx.seed, ids=keys)
+        conv, res = min(tests.items(), key=lambda kv: kv[1].p_value)
+        p = min(1.0, len(tests) * float(res.p_value))
+        out = {"statistic": float(res.diff), "decision": bool(p < ctx.alpha), "rule": rule, "p_value": p,
+               "threshold": ctx.alpha}
+        if len(tests) > 1:
+            out["convention"] = conv
+        return out
 
 
 def _register(metric: ProbeMetric) -> None:
