@@ -52,6 +52,32 @@ def test_loads_offline_and_recipe_matches(shipped) -> None:
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|bos|>", "<|eos|>", "<|pad|>")
 
 
+def test_the_recipe_schema_is_the_jobs_and_reads_the_shipped_recipes() -> None:
+    """PretrainConfig is the pretrain_base job's schema (each default defined once, in zcp.config.jobs); the shipped
+    models' recipe.json read back into it; the defaults are the shipped checkpoint's recipe (only out_dir differs)
+    and conf/pretrain_base.yaml states the same values; the constants the config layer cannot import agree."""
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from zcp.benchmarks.wordproblems import NumberRanges
+    from zcp.config.jobs import NumberLimits, PretrainBaseJob
+    from zcp.simulate.base_model import PretrainConfig, pretrain_config, recipe_config
+
+    assert PretrainConfig is PretrainBaseJob
+    defaults = recipe_config(PretrainConfig())
+    shipped = json.loads((PATH / "recipe.json").read_text())["config"]
+    assert recipe_config(pretrain_config(shipped)) == {**defaults, "out_dir": shipped["out_dir"]}
+    direct = PATH.parent / "base_model_direct" / "recipe.json"
+    if direct.is_file():
+        rec = json.loads(direct.read_text())["config"]
+        assert recipe_config(pretrain_config(rec)) == {**defaults, **rec}
+    yaml = OmegaConf.to_container(OmegaConf.load(PATH.parents[2] / "conf" / "pretrain_base.yaml"))
+    assert {k: v for k, v in yaml.items() if k in defaults} == {k: v for k, v in defaults.items() if k in yaml}
+    assert (PretrainConfig().reserve_seed, PretrainConfig().reserve_n) == (BENCHMARK_SEED, RESERVED_BENCHMARK_ITEMS)
+    assert asdict(NumberLimits()) == asdict(NumberRanges())
+
+
 def test_tokenizer_splits_digits(shipped) -> None:
     _, tok = shipped
     text = "Tom has 1234 apples and 50 pears: 1234 + 50 = 1284."

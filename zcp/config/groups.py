@@ -19,8 +19,9 @@ from zcp.config.checks import (
     key_alias,
     parse_shard,
     unknown_key_message,
+    user_key,
 )
-from zcp.config.conform import MESSAGE_PREFIX, conform
+from zcp.config.conform import MESSAGE_PREFIX, build, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
 from zcp.config.prefill import AutoPrefillConfig, check_prefill
 from zcp.core.answers import FINAL_ANSWER_PREFIX
@@ -635,10 +636,48 @@ _TRAINER_POSITIVE_INT = ("per_device_train_batch_size", "gradient_accumulation_s
 _TRAINER_POSITIVE = ("learning_rate", "num_train_epochs")
 
 
+# The training stages (zcp.simulate.training_stages): the built-in ones, the default order of `train.stages`.
+BUILTIN_TRAINING_STAGES = ("sft", "grpo")
+# every name `train.stages` may hold: the built-in ones, plus those zcp.simulate.register_training_stage adds
+TRAINING_STAGE_NAMES: list[str] = list(BUILTIN_TRAINING_STAGES)
+# the settings dataclass of each stage registered at run time with one: `train.<name>.*` (TrainConfig.EXTRA_KEYS)
+TRAINING_STAGE_SETTINGS: dict[str, type] = {}
+
+
+def add_training_stage_name(name: str, settings: type | None = None) -> None:
+    """Accept `name` in `train.stages` and, given `settings` (a dataclass whose fields carry the defaults), the keys
+    `train.<name>.*` it types (called by zcp.simulate.training_stages.register_training_stage: stages registered at
+    run time; the config layer never imports them)."""
+    import dataclasses
+
+    if name in BUILTIN_TRAINING_STAGES or name in {f.name for f in dataclasses.fields(TrainConfig)}:
+        raise ValueError(f"register_training_stage({name!r}): train.{name} is already a key of the train config")
+    if settings is not None:
+        if not dataclasses.is_dataclass(settings) or not isinstance(settings, type):
+            raise TypeError(f"register_training_stage({name!r}): settings must be a dataclass, not {settings!r}")
+        TRAINING_STAGE_SETTINGS[name] = settings
+    else:
+        TRAINING_STAGE_SETTINGS.pop(name, None)
+    if name not in TRAINING_STAGE_NAMES:
+        TRAINING_STAGE_NAMES.append(name)
+
+
+def remove_training_stage_name(name: str) -> None:
+    """Undo `add_training_stage_name` for a run-time stage (the built-in names stay)."""
+    if name in BUILTIN_TRAINING_STAGES:
+        raise ValueError(f"{name} is a built-in training stage")
+    TRAINING_STAGE_SETTINGS.pop(name, None)
+    if name in TRAINING_STAGE_NAMES:
+        TRAINING_STAGE_NAMES.remove(name)
+
+
 @dataclass
 class TrainConfig:
-    """The `train` profile (conf/train/*.yaml): LoRA, GRPO rewards, and TRL SFTConfig / GRPOConfig fields."""
+    """The `train` profile (conf/train/*.yaml): the training stages in order, LoRA, GRPO rewards, TRL SFTConfig /
+    GRPOConfig fields, and the settings of stages registered at run time (`train.<name>`)."""
 
+    # training stages, in order (zcp.simulate.training_stages): each trains a LoRA on the model so far
+    stages: list[str] = field(default_factory=lambda: list(BUILTIN_TRAINING_STAGES))
     torch_threads: int | None = None
     eval_max_new_tokens: int = 160
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -646,8 +685,32 @@ class TrainConfig:
     rewards: dict[str, float] | None = None  # GRPO rewards by name -> weight (zcp.simulate.rewards.REWARDS)
     sft: dict[str, Any] = field(default_factory=dict)  # TRL SFTConfig fields
     grpo: dict[str, Any] = field(default_factory=dict)  # TRL GRPOConfig fields
+    # train.<name>: the settings of a stage registered at run time, checked by its dataclass and kept as the
+    # attribute `<name>` (zcp.config.conform.build keeps EXTRA_KEYS values for KEEP_EXTRA_KEYS schemas)
+    EXTRA_KEYS: ClassVar[dict[str, type]] = TRAINING_STAGE_SETTINGS
+    KEEP_EXTRA_KEYS: ClassVar[bool] = True
+
+    def __getattr__(self, name: str) -> Any:
+        """`train.<name>` of a run-time stage with settings, when the config did not set them: their defaults."""
+        settings = TRAINING_STAGE_SETTINGS.get(name) if not name.startswith("_") else None
+        if settings is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.__dict__[name] = build(settings, {}, f"train.{name}")
+        return value
+
+    def stage_settings(self, name: str) -> Any:
+        """The settings of training stage `name`: its `train.<name>` dataclass, or None for a stage without one
+        (the built-in sft and grpo read `train.sft` / `train.grpo`, TRL fields, and the exposure knobs)."""
+        return getattr(self, name) if name in TRAINING_STAGE_SETTINGS else None
 
     def __post_init__(self) -> None:
+        check_value(len(self.stages) >= 1 and len(set(self.stages)) == len(self.stages), "train.stages",
+                    list(self.stages), "a non-empty list of distinct training stage names")
+        for name in self.stages:
+            if name not in TRAINING_STAGE_NAMES:
+                raise ConfigError(f"{user_key('train.stages')}: unknown training stage {name!r}; registered: "
+                                  f"{sorted(TRAINING_STAGE_NAMES)} (a stage defined in your own module registers "
+                                  "when that module is imported)")
         check_value(self.torch_threads is None or self.torch_threads >= 1, "train.torch_threads", self.torch_threads,
                     "null or >= 1")
         check_value(self.eval_max_new_tokens >= 1, "train.eval_max_new_tokens", self.eval_max_new_tokens, ">= 1")

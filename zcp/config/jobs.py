@@ -191,17 +191,20 @@ class NumberLimits:
 
 @dataclass
 class PretrainBaseJob:
-    """Top level of conf/pretrain_base.yaml (train/run_pretrain_base.py); the YAML holds the recipe's values."""
+    """Top level of conf/pretrain_base.yaml (train/run_pretrain_base.py), and the recipe of the shipped base model:
+    `zcp.simulate.base_model.PretrainConfig` is this class, so each default is defined here, once, and recipe.json
+    records these fields (all but `logger`). The defaults are the shipped checkpoint's recipe."""
 
-    seed: int = 0
+    seed: int = 0  # drives the corpus, the tokenizer input order, init and batch order
     out_dir: str = "zcp/assets/base_model"
-    init_from: str | None = None
-    n_train: int = 150000
-    rewording_fraction: float = 0.3
-    drill_fraction: float = 0.4
-    answer_only_fraction: float = 0.0
-    reserve_seed: int = 9173
-    reserve_n: int = 300
+    init_from: str | None = None  # continue from a trained model folder (its tokenizer and weights)
+    n_train: int = 150000  # corpus items: chain-of-thought word problems and drills, the reserved pool excluded
+    rewording_fraction: float = 0.3  # share of items using rewording templates
+    drill_fraction: float = 0.4  # share of bare arithmetic drills
+    answer_only_fraction: float = 0.0  # share of items whose assistant turn is the final-answer line only
+    families: list[str] | None = None  # word-problem families (null: all, as the reserved pool needs)
+    reserve_seed: int = 9173  # zcp.benchmarks.reserved.BENCHMARK_SEED (a test pins them equal)
+    reserve_n: int = 300  # zcp.benchmarks.reserved.RESERVED_BENCHMARK_ITEMS
     limits: NumberLimits = field(default_factory=NumberLimits)
     vocab_size: int = 768
     hidden_size: int = 96
@@ -220,10 +223,10 @@ class PretrainBaseJob:
     bf16: bool = True
     compile: bool = True
     bucket_widths: list[int] = field(default_factory=lambda: [44, 60, 76, 100])
-    n_eval: int = 300
+    n_eval: int = 300  # held-out evaluation: the first n_eval items of the reserved (never seen) pool
     eval_batch_size: int = 100
     max_new_tokens: int = 80
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # not part of the recipe
 
     def __post_init__(self) -> None:
         for key in ("rewording_fraction", "drill_fraction", "answer_only_fraction"):

@@ -5,7 +5,8 @@ Submodules: `contaminate` (the run's stages and exposure record), `settings` (th
 the schema's validated groups), `rundir` (fingerprint, run dir), `benchmark` (the benchmark and its C/U split),
 `training_data` (leak, sham and clean items, the SFT/GRPO records), `evaluation` (Table 6), `checks` (before any
 model loads), `data` (variants, CoTs, format mix, answer formats, clean mix, pre-built paraphrase files),
-`sft`, `grpo`, `rewards` (by name), `stages` (the runner of the named pipeline stages). TRL is imported
+`sft`, `grpo` (the trainers), `training_stages` (the training-stage registry: the sft and grpo stages, in
+`train.stages` order), `rewards` (by name), `stages` (the runner of the named pipeline stages). TRL is imported
 only when training runs, so importing this package stays cheap.
 """
 

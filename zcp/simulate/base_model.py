@@ -16,7 +16,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from zcp.benchmarks.wordproblems import (
     signature,
     signatures,
 )
+from zcp.config.conform import build
+from zcp.config.jobs import PretrainBaseJob
 from zcp.core.items import Item
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -196,47 +198,25 @@ def mix_answer_only(corpus: Sequence[Item], fraction: float, seed: int, exclude:
     return out
 
 
-@dataclass
-class PretrainConfig:
-    """Everything that determines the shipped checkpoint (recorded in recipe.json)."""
+# Everything that determines the shipped checkpoint: the pretrain_base job's schema, where each default is defined
+# (once); recipe.json records its fields but the logger (`recipe_config`). A mapping is read into it by
+# `pretrain_config`, checked as the entry point checks conf/pretrain_base.yaml.
+PretrainConfig = PretrainBaseJob
 
-    seed: int = 0
-    out_dir: str = "zcp/assets/base_model"
-    # data
-    n_train: int = 150_000
-    rewording_fraction: float = 0.3
-    drill_fraction: float = 0.4
-    # share of corpus items (word problems and drills) whose assistant turn is the final-answer line only
-    answer_only_fraction: float = 0.0
-    # continue from a trained model folder (its tokenizer and weights) instead of training from scratch
-    init_from: str | None = None
-    families: list[str] | None = None
-    reserve_seed: int = BENCHMARK_SEED
-    reserve_n: int = RESERVED_BENCHMARK_ITEMS
-    limits: dict[str, int] = field(default_factory=lambda: asdict(NumberRanges()))
-    # tokenizer / model
-    vocab_size: int = 768
-    hidden_size: int = 96
-    num_layers: int = 8
-    num_heads: int = 4
-    intermediate_size: int = 288
-    max_position_embeddings: int = 256
-    # optimisation
-    batch_size: int = 32
-    lr: float = 4e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    max_steps: int = 3300
-    max_minutes: float = 40.0
-    threads: int = 1
-    bf16: bool = True
-    compile: bool = True
-    bucket_widths: list[int] = field(default_factory=lambda: [44, 60, 76, 100])
-    # evaluation on the reserved (never seen) benchmark pool
-    n_eval: int = 300
-    eval_batch_size: int = 100
-    max_new_tokens: int = 80
+
+def pretrain_config(cfg: PretrainConfig | Mapping[str, Any]) -> PretrainConfig:
+    """`cfg` as a PretrainConfig: one given is returned as is; a mapping (conf/pretrain_base.yaml's keys, a
+    recipe.json's `config`) is built into one, every key typed and in range (one-line ConfigError naming it)."""
+    if isinstance(cfg, PretrainBaseJob):
+        return cfg
+    return build(PretrainBaseJob, dict(cfg), "")
+
+
+def recipe_config(cfg: PretrainConfig) -> dict[str, Any]:
+    """The settings recipe.json records: every field of the recipe but the logger (which changes no weight)."""
+    out = asdict(cfg)
+    out.pop("logger")
+    return out
 
 
 def _model_config(cfg: PretrainConfig, tokenizer: Any) -> Any:
@@ -368,12 +348,11 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
 
     from zcp.core.io import seed_everything
 
-    if not isinstance(cfg, PretrainConfig):
-        cfg = PretrainConfig(**dict(cfg))
+    cfg = pretrain_config(cfg)
     t0 = time.time()
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    limits = NumberRanges(**cfg.limits)
+    limits = NumberRanges(**asdict(cfg.limits))
     reserved = generate_word_problems(cfg.reserve_n, seed=cfg.reserve_seed, id_prefix="bench", limits=limits)
     corpus = build_corpus(cfg.n_train, cfg.seed, signatures(reserved), cfg.rewording_fraction,
                           families=cfg.families, limits=limits, drill_fraction=cfg.drill_fraction)
@@ -451,7 +430,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
     recipe = {
-        "config": asdict(cfg),
+        "config": recipe_config(cfg),
         "parameters": n_params,
         "init_from": parent,
         "corpus_items": len(corpus),
@@ -483,14 +462,13 @@ def run_pretrain_base(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Entry point of train/run_pretrain_base.py: pretrain with W&B logging per `cfg.logger`, print the result."""
     from omegaconf import DictConfig, OmegaConf
 
-    from zcp.config.schemas import PretrainBaseJob
     from zcp.core.tracking import Tracker
 
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     logger = c.pop("logger", None) or {"enabled": False}
     c.pop("hydra", None)
     # checked by the entry point (PretrainBaseJob: a non-empty path, relative to where the command runs)
-    c["out_dir"] = str(Path(c.get("out_dir", PretrainBaseJob.out_dir)).resolve())
+    c["out_dir"] = str(Path(pretrain_config(c).out_dir).resolve())
     with Tracker(logger, run_config=c, job_type="pretrain_base", name="pretrain_base") as tracker:
         recipe = pretrain_base_model(c, tracker=tracker)
     h = recipe["heldout"]

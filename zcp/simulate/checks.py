@@ -2,9 +2,10 @@
 
 `check_inputs` is the contamination's part of the checks `zcp.simulate.pipeline.run_simulation` makes before the
 first stage trains: answer format and rewards, files, the given split, the base model's weights and tokenizer
-(`check_base_model`), leak counts (`check_exposure_counts`) and the learning-rate schedules (`check_schedules` on
-`sft_settings` / the GRPO settings: a schedule that leaves no optimizer step above a learning rate of 0 would train
-nothing). Each failure is one ConfigError line naming the key. `check_run_dir_writable` checks the run dir's
+(`check_base_model`), leak counts (`check_exposure_counts`) and each training stage's own check
+(`zcp.simulate.training_stages.check_training_stages`: for sft and grpo, the learning-rate schedule on
+`_sft_settings` / the GRPO settings, since a schedule that leaves no optimizer step above a learning rate of 0
+would train nothing). Each failure is one ConfigError line naming the key. `check_run_dir_writable` checks the run dir's
 free space (`min_free_bytes`).
 """
 
@@ -30,6 +31,7 @@ from zcp.simulate.training_data import (
     n_sham_items,
     sham_training_items,
 )
+from zcp.simulate.training_stages import check_training_stages
 
 MIN_FREE_MARGIN = 64 << 20  # bytes a run needs beyond its merged model (records, adapters, checkpoints of LoRA)
 SFT_FIX = ("raise exposure.sft_epochs or the number of examples (exposure.k, benchmark size), lower "
@@ -66,7 +68,7 @@ def check_inputs(c: Any) -> None:
     check_base_model(s)
     items, n_c = _benchmark_and_c_size(s)
     check_exposure_counts(s, items, n_c)
-    check_schedules(s, max_sft_examples(s, n_c))
+    check_training_stages(s, n_c)  # each stage's own check (sft, grpo: their schedules)
 
 
 def check_base_model(c: Any) -> None:
@@ -136,22 +138,6 @@ def _grpo_schedule_settings(c: Any) -> dict[str, Any]:
     s = sim_config(c)
     _, settings = _grpo_reward_settings(s.train)
     return {**settings, "max_steps": int(s.exposure.grpo_steps)}
-
-
-def check_schedules(c: Any, n_sft: int | None) -> None:
-    """Before anything runs: ConfigError when the SFT schedule on `n_sft` examples (`max_sft_examples`: at most
-    that many, so a schedule refused here is refused for every data stage) or the GRPO schedule leaves no
-    optimizer step at a learning rate above 0 (`zcp.simulate.sft.check_schedule`, which also warns when a
-    schedule never leaves its warmup). The SFT stage checks again on the examples it got."""
-    from trl import GRPOConfig, SFTConfig
-
-    from zcp.simulate.sft import check_schedule, lr_schedule
-
-    check_schedule(lr_schedule(SFTConfig, _sft_settings(c), n_sft, stage="SFT", processes=processes()), SFT_FIX,
-                   warn=False)
-    if int(sim_config(c).exposure.grpo_steps) > 0:
-        check_schedule(lr_schedule(GRPOConfig, _grpo_schedule_settings(c), None, stage="GRPO",
-                                   processes=processes()), GRPO_FIX)
 
 
 def schedules(c: Any, n_sft: int) -> dict[str, Any]:

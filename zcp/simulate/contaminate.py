@@ -1,16 +1,17 @@
 """The contamination simulation: C/U split → paraphrase C → LoRA SFT → GRPO → merged model + exposure record.
 
 `contaminate(cfg)` runs the whole pipeline into one run directory and is resumable. The pipeline is a list
-of named stages (split, data, eval_base, sft, grpo, merge, eval_after_sft, eval_final; `_Pipeline.stages`),
-each with a done-check and a run step, run by `zcp.simulate.stages.run_stages`, which owns skipping,
-barriers and logging: every stage writes its final output atomically and is skipped when that output
+of named stages (split, data, eval_base, the training stages of `train.stages` in order (default sft, grpo:
+`zcp.simulate.training_stages`, each a LoRA trained on the model so far), merge, eval_after_sft, eval_final;
+`_Pipeline.stages`), each with a done-check and a run step, run by `zcp.simulate.stages.run_stages`, which owns
+skipping, barriers and logging: every stage writes its final output atomically and is skipped when that output
 exists; a trainer killed mid-stage resumes from its newest checkpoint. The run directory holds
 
 * ``manifest.json`` (C/U ids), ``benchmark_items.jsonl``, ``variants.jsonl`` (the paraphrases trained on),
   ``sft_data.jsonl`` / ``grpo_data.jsonl`` (the exact training examples, with format and source),
   ``training_items.jsonl`` (every non-benchmark item trained on: clean and sham items, `training_items`);
-* ``sft_adapter/`` (LoRA on the base), ``grpo_adapter/`` (LoRA on base+SFT merged), ``model/`` (the final
-  merged model, safetensors + tokenizer);
+* ``<stage>_adapter/`` per training stage: ``sft_adapter/`` (LoRA on the base), ``grpo_adapter/`` (LoRA on
+  base+SFT merged), ``model/`` (the final merged model, safetensors + tokenizer);
 * ``exposure.json``: every knob, the seeds, the leaked C ids and the paths detection needs;
 * ``table6.md`` / ``table6.json``: full-CoT greedy accuracy before/after on C (leaked, not leaked) and U,
   with per-item records under ``eval/``.
@@ -66,7 +67,6 @@ from zcp.simulate.checks import (  # noqa: F401  (re-exported)
     check_exposure_counts,
     check_inputs,
     check_run_dir_writable,
-    check_schedules,
     max_sft_examples,
     min_free_bytes,
     processes,
@@ -107,6 +107,8 @@ from zcp.simulate.training_data import (  # noqa: F401  (re-exported)
     sham_training_items,
     training_items,
 )
+from zcp.simulate.training_stages import StageRun, TrainingStage, adapter_dir, configured_stages
+from zcp.simulate.training_stages.grpo import grpo_training
 
 EXPOSURE_SCHEMA = 1
 
@@ -117,8 +119,8 @@ class ContaminationResult:
 
     run_dir: Path
     model_dir: Path
-    sft_adapter_dir: Path
-    grpo_adapter_dir: Path | None
+    sft_adapter_dir: Path | None  # None when train.stages has no sft
+    grpo_adapter_dir: Path | None  # None when GRPO did not run (exposure.grpo_steps=0, or not in train.stages)
     manifest_path: Path
     exposure_path: Path
     table6: dict[str, Any]
@@ -126,6 +128,7 @@ class ContaminationResult:
     stages_run: list[str] = field(default_factory=list)
     stages_skipped: list[str] = field(default_factory=list)
     arm: str = "leak"  # leak | sham (exposure.leak_fraction=0: nothing of C trained on)
+    adapters: dict[str, Path] = field(default_factory=dict)  # training stage -> its adapter, in training order
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -237,7 +240,8 @@ def _contaminate(s: SimConfig, fingerprint: dict[str, Any], run_dir: Path) -> Co
     return ContaminationResult(run_dir=run_dir, model_dir=p.model_dir, sft_adapter_dir=p.sft_dir,
                                grpo_adapter_dir=p.grpo_dir, manifest_path=p.manifest_path,
                                exposure_path=run_dir / EXPOSURE, table6=t6, leaked_ids=leaked_ids,
-                               stages_run=done.run, stages_skipped=done.skipped, arm=p.arm)
+                               stages_run=done.run, stages_skipped=done.skipped, arm=p.arm,
+                               adapters=dict(p.adapters))
 
 
 class _Pipeline:
@@ -260,8 +264,12 @@ class _Pipeline:
         self.grpo_steps = int(s.exposure.grpo_steps)
         self.lora = {**asdict(s.train.lora), "r": int(s.exposure.lora_r)}
         self.sft_settings = _sft_settings(s)
-        self.sft_dir = run_dir / "sft_adapter"
-        self.grpo_dir = run_dir / "grpo_adapter" if self.grpo_steps > 0 else None
+        # the training stages in train.stages order; those that run (GRPO at 0 steps does not), and their adapters
+        self.training_stages = configured_stages(s)
+        self.trained = [st.name for st in self.training_stages if st.is_enabled(s)]
+        self.adapters = {name: adapter_dir(run_dir, name) for name in self.trained}
+        self.sft_dir = self.adapters.get("sft")
+        self.grpo_dir = self.adapters.get("grpo")
         self.model_dir = run_dir / MODEL
         self.sft_path = run_dir / "sft_data.jsonl"
         self.manifest_path = run_dir / MANIFEST
@@ -283,13 +291,6 @@ class _Pipeline:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.base_path, trust_remote_code=self.trc)
         return self._tokenizer
-
-    def sft_records(self) -> list[dict[str, Any]]:
-        records = list(read_jsonl(self.sft_path))
-        if self.ctk:
-            for r in records:
-                r["chat_template_kwargs"] = dict(self.ctk)
-        return records
 
     def leaked_ids(self) -> list[str]:
         return sorted({r["original_id"] for r in read_jsonl(self.sft_path) if r["source"] == "benchmark"})
@@ -315,16 +316,38 @@ class _Pipeline:
     def base_model(self) -> Any:
         return load_model(self.base_path, dtype=self.dtype, trust_remote_code=self.trc)
 
-    def sft_merged(self) -> Any:
+    def model_with(self, n: int) -> Any:
+        """The base model with the adapters of the first `n` training stages that run merged, in order (the model
+        the next stage trains on; all of them: the final model)."""
         from zcp.simulate.grpo import merge_adapter
 
-        return merge_adapter(self.base_model(), self.sft_dir)
+        model = self.base_model()
+        for name in self.trained[:n]:
+            model = merge_adapter(model, self.adapters[name])
+        return model
 
     def final_model(self) -> Any:
-        from zcp.simulate.grpo import merge_adapter
+        return self.model_with(len(self.trained))
 
-        m = self.sft_merged()
-        return merge_adapter(m, self.grpo_dir) if self.grpo_dir is not None else m
+    @property
+    def after_sft(self) -> bool:
+        """Whether Table 6 has an after-SFT column: eval.after_sft, and a training stage runs after SFT."""
+        return (self.do_eval and bool(self.ecfg.after_sft) and "sft" in self.trained
+                and self.trained[-1] != "sft")
+
+    def sft_merged(self) -> Any:
+        """The model after the SFT stage (the base with the adapters up to and including SFT's merged)."""
+        return self.model_with(self.trained.index("sft") + 1)
+
+    def adapter_base(self, name: str) -> str | None:
+        """What training stage `name`'s adapter was trained on (exposure.json): the base model for the first stage,
+        else the base with the earlier stages' adapters merged; None for a stage that did not run."""
+        if name not in self.trained:
+            return None
+        earlier = self.trained[:self.trained.index(name)]
+        if not earlier:
+            return self.base_path
+        return f"base_model with {' and '.join(f'{n}_adapter' for n in earlier)} merged"
 
     # ------------------------------------------------------------------------------ stage steps
     def split_done(self) -> bool:
@@ -361,62 +384,39 @@ class _Pipeline:
         evaluate_stage(stage, model_fn, self.tokenizer(), self.eval_splits(), self.run_dir, self.ecfg, self.chat,
                        self.ctk)
 
-    def run_sft(self) -> None:
-        from trl import SFTConfig
-
-        from zcp.simulate.sft import check_schedule, lr_schedule, run_sft
-
-        records = self.sft_records()  # the schedule on the examples the data stage built, before the model loads
-        check_schedule(lr_schedule(SFTConfig, self.sft_settings, len(records), stage="SFT", processes=processes()),
-                       SFT_FIX)
-        tracker = _tracker(self.s, self.run_dir, "sft")
+    def run_training(self, stage: TrainingStage) -> None:
+        """Run training stage `stage` (`zcp.simulate.training_stages`) on the model so far: the base with the
+        adapters of the stages before it merged; its builder saves and returns its adapter folder."""
+        name = stage.name
+        run = StageRun(name=name, config=self.s, run_dir=self.run_dir, data_path=stage.data_path(self.s, self.run_dir),
+                       seed=self.seed, cpu=not cuda(), lora=self.lora,
+                       model=lambda: self.model_with(self.trained.index(name)), tokenizer=self.tokenizer(),
+                       tracker=lambda: _tracker(self.s, self.run_dir, name))
         try:
-            run_sft(self.base_model(), self.tokenizer(), records, output_dir=self.run_dir / "sft",
-                    adapter_dir=self.sft_dir, lora=self.lora, settings=self.sft_settings, seed=self.seed,
-                    report_to="wandb" if tracker.enabled else "none", cpu=not cuda())
+            out = stage.builder(run)
         finally:
-            tracker.finish()
-
-    def grpo_training(self) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
-        """(reward names, GRPOConfig settings, LoRA settings) of the GRPO stage (train.grpo_lora, null = train.lora)."""
-        names, settings = _grpo_reward_settings(self.train)
-        settings["max_steps"] = self.grpo_steps
-        if self.ctk:
-            settings["chat_template_kwargs"] = dict(self.ctk)
-        lora = {**asdict(self.train.grpo_lora or self.train.lora), "r": int(self.ex.lora_r)}
-        return names, settings, lora
-
-    def run_grpo(self) -> None:
-        from zcp.simulate.grpo import run_grpo
-        from zcp.simulate.rewards import reward_funcs
-
-        names, settings, lora = self.grpo_training()
-        funcs = reward_funcs(names, str(self.ex.answer_format))
-        tracker = _tracker(self.s, self.run_dir, "grpo")
-        try:
-            run_grpo(self.sft_merged(), self.tokenizer(), list(read_jsonl(self.run_dir / "grpo_data.jsonl")),
-                     output_dir=self.run_dir / "grpo", adapter_dir=self.grpo_dir, lora=lora, settings=settings,
-                     seed=self.seed, report_to="wandb" if tracker.enabled else "none", cpu=not cuda(),
-                     reward_funcs=funcs)
-        finally:
-            tracker.finish()
+            run.finish()
+        if out is None or Path(out).resolve() != run.adapter_dir.resolve() or not adapter_done(run.adapter_dir):
+            raise RuntimeError(f"training stage {name}: its builder returned {out!r}, not its adapter folder "
+                               f"{run.adapter_dir} with a saved adapter (adapter_model.safetensors, adapter_config.json)")
 
     def run_merge(self) -> None:
         _save_merged(self.final_model(), self.tokenizer(), self.model_dir)
 
     def stages(self) -> list[Stage]:
         """The pipeline as named stages, in order (see `zcp.simulate.stages`)."""
-        after_sft = self.do_eval and self.grpo_dir is not None and bool(self.ecfg.after_sft)
+        training = [Stage(st.name, lambda d=adapter_dir(self.run_dir, st.name): adapter_done(d),
+                          lambda st=st: self.run_training(st), enabled=st.name in self.adapters)
+                    for st in self.training_stages]
         return [
             Stage("split", self.split_done, self.run_split, main_only=True),
             Stage("data", self.data_done, self.run_data, main_only=True),
             Stage("eval_base", lambda: self.eval_done("base"), lambda: self.run_eval("base", self.base_model),
                   main_only=True, enabled=self.do_eval),
-            Stage("sft", lambda: adapter_done(self.sft_dir), self.run_sft),
-            Stage("grpo", lambda: adapter_done(self.grpo_dir), self.run_grpo, enabled=self.grpo_dir is not None),
+            *training,
             Stage("merge", lambda: (self.model_dir / "config.json").is_file(), self.run_merge, main_only=True),
             Stage("eval_after_sft", lambda: self.eval_done("after_sft"),
-                  lambda: self.run_eval("after_sft", self.sft_merged), main_only=True, enabled=after_sft),
+                  lambda: self.run_eval("after_sft", self.sft_merged), main_only=True, enabled=self.after_sft),
             Stage("eval_final", lambda: self.eval_done("final"),
                   lambda: self.run_eval("final", lambda: load_model(self.model_dir, dtype=self.dtype,
                                                                     trust_remote_code=self.trc)),
@@ -429,7 +429,7 @@ class _Pipeline:
         if not self.do_eval:
             return {}
         names = ["base"]
-        if self.grpo_dir is not None and self.ecfg.after_sft:
+        if self.after_sft:
             names.append("after_sft")
         names.append("final")
         return {n: read_json(self.run_dir / "eval" / f"{n}.json") for n in names}
@@ -439,7 +439,7 @@ class _Pipeline:
         s, ex, seed = self.s, self.ex, self.seed
         run_dir, manifest_path = self.run_dir, self.manifest_path
         manifest = self.manifest()
-        names, grpo_settings, _ = self.grpo_training()
+        names, grpo_settings, _ = grpo_training(s)
         counts = read_json(run_dir / "data_counts.json")
         sham = self.arm == "sham"
         return {
@@ -466,10 +466,13 @@ class _Pipeline:
             "base_model": self.base_path,
             "base_model_fingerprint": self.fingerprint["base_model_fingerprint"],
             "model_dir": str(self.model_dir),
-            "sft_adapter": str(self.sft_dir),
-            "sft_adapter_base": self.base_path,
+            "sft_adapter": str(self.sft_dir) if self.sft_dir is not None else None,
+            "sft_adapter_base": self.adapter_base("sft"),
             "grpo_adapter": str(self.grpo_dir) if self.grpo_dir is not None else None,
-            "grpo_adapter_base": "base_model with sft_adapter merged" if self.grpo_dir is not None else None,
+            "grpo_adapter_base": self.adapter_base("grpo"),
+            # every training stage that ran, in order: its adapter and what it was trained on (train.stages)
+            "training_stages": [{"stage": n, "adapter": str(self.adapters[n]), "base": self.adapter_base(n)}
+                                for n in self.trained],
             "manifest": str(manifest_path),
             "manifest_sha256": sha256_file(manifest_path),
             "split_files": {"c_path": s.split.c_path, "u_path": s.split.u_path},
@@ -483,7 +486,7 @@ class _Pipeline:
             "u_ids": sorted(manifest.u_ids),
             "sham_ids": sorted(it.id for it in training_items(run_dir, "sham")) if sham else [],
             "counts": counts,
-            "training": {"lora": self.lora, "sft": self.sft_settings,
+            "training": {"lora": self.lora, "sft": self.sft_settings if self.sft_dir else None,
                          "grpo": grpo_settings if self.grpo_dir else None,
                          # optimizer steps, warmup, steps at a learning rate > 0 (zcp.simulate.sft.lr_schedule)
                          "schedules": schedules(s, sum(1 for _ in read_jsonl(self.sft_path)))},
@@ -540,5 +543,7 @@ def load_exposure(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def result_dict(r: ContaminationResult) -> dict[str, Any]:
-    """A JSON-ready view of a ContaminationResult."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(r).items()}
+    """A JSON-ready view of a ContaminationResult (paths as strings, the adapters' too)."""
+    out = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(r).items()}
+    out["adapters"] = {k: str(v) for k, v in r.adapters.items()}
+    return out
