@@ -147,6 +147,8 @@ def _training_keys(run: Path) -> set[str]:
             raise RunDirError(f"{run}: its training data predates training_items.jsonl; rerun the contamination "
                               "(the data stage is rebuilt, finished training is kept)")
         return set()
+    if not path.read_text(encoding="utf-8").strip():
+        return set()  # nothing outside the benchmark trained on (exposure.clean_fraction=0, not a sham run)
     return {k for k in (item_key(it) for it in load_items(str(path), format="items")) if k}
 
 
