@@ -192,3 +192,13 @@ def test_zcp_detectors_read_a_multi_convention_runs_records_per_convention(tmp_p
     assert {r["convention"] for r in rows} == {"hash"}
     decision = det.benchmark_decision(rows, ctx)
     assert decision["decision"] and decision["convention"] == "hash" and "Bonferroni" in decision["rule"]
+
+
+def test_the_sample_size_study_refuses_records_of_several_conventions(tmp_path):
+    from zcp.validate.ablations import detection_records_problem
+
+    datasets, fb = _hash_leak()
+    detect_prefill(fb, datasets, ProbeConfig(metrics=("p_all",)), tmp_path, SETTINGS, prefill=["probe", "hash"])
+    problem = detection_records_problem(tmp_path / "records.jsonl")
+    assert problem is not None and "2 answer conventions (hash, probe)" in problem and "conv-<name>" in problem
+    assert detection_records_problem(tmp_path / "conv-hash" / "records.jsonl") is None

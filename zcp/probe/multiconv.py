@@ -485,3 +485,67 @@ def plot_conventions(summary: dict[str, Any], path: str | Path, title: str) -> P
 
     rows = [{**r, "variant": f"{r['variant']} · {r['convention']}"} for r in summary["convention_results"]]
     return plot_c_cont({"results": rows}, path, title)
+
+
+# ---------------------------------------------------------------------------------------------- the simulation's stage
+
+
+def prefill_key(prefill: Any, auto: Any, conventions: Sequence[Resolved] | None) -> dict[str, Any]:
+    """What `probe.prefill` adds to a detection run's key (a run dir per choice of conventions; not added for the
+    default, so its key is today's): the value, auto's settings, and the conventions given (the base model's)."""
+    return {"prefill": prefill, "auto": dataclasses.asdict(auto) if parse_prefill(prefill) == AUTO and auto else None,
+            "conventions": [c.to_dict() for c in conventions] if conventions else None}
+
+
+def summary_conventions(summary: Mapping[str, Any]) -> list[Resolved] | None:
+    """The conventions a multi-convention run's summary.json probed (None for a single-convention run)."""
+    entries = summary.get("conventions")
+    if not isinstance(entries, list):
+        return None
+    return [Resolved(e["name"], e["prefill"], e["end"], e["pattern"], e["label"]) for e in entries]
+
+
+def stage_probes(prefill: Any, probe: ProbeConfig) -> list[ProbeConfig]:
+    """The probe of every convention `probe.prefill` may pre-fill (for `auto`, every registered one): what a check
+    of the prompts against the model's context must cover before a simulation trains. The default: `[probe]`."""
+    if is_single_default(prefill):
+        return [probe]
+    convs = listed_conventions(prefill, probe)
+    return [convention_probe(probe, c) for c in (candidate_conventions(probe) if convs is None else convs)]
+
+
+def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: str | Path,
+                    settings: DetectSettings, summary: dict[str, Any], tracker: Any = None) -> dict[str, Any]:
+    """run_detect's DiD (`base_model.path`) for a multi-convention run: zcp.probe.did.detect_did in each convention's
+    `conv-<name>/` (its `base/` run, `did.md` and `did` block; the base model is loaded once per convention), then in
+    `<out>/`: `did.md` with every convention's table and the DiD verdict over every (convention, metric) per
+    (split, variant) (`combine_conventions`), and summary.json's `did` block (`per_convention`, `verdicts`)."""
+    from zcp.probe.did import DID_MD, detect_did
+
+    out = Path(out)
+    blocks, parts = {}, []
+    for c in summary_conventions(summary) or []:
+        sub = conv_dir(out, c.name)
+        block = detect_did(base_mc, datasets, convention_probe(probe, c), sub, settings, read_json(sub / SUMMARY))["did"]
+        blocks[c.name] = block
+        parts.append(f"#### Pre-fill {c.label}\n\n" + (sub / DID_MD).read_text())
+    keys = dict.fromkeys((r["split"], r["variant"]) for b in blocks.values() for r in b["rows"])
+    verdicts = [{"split": k[0], "variant": k[1], **combine_conventions(
+        {c: {r["metric"]: float(r["p_value"]) for r in b["rows"] if (r["split"], r["variant"]) == k}
+         for c, b in blocks.items()}, settings.alpha)} for k in keys]
+    first = next(iter(blocks.values()), {})
+    summary = {**summary, "did": {"base_model": first.get("base_model"), "test": first.get("test"),
+                                  "alpha": settings.alpha, "per_convention": blocks, "verdicts": verdicts}}
+    lines = ["| Dataset | Variant | DiD combined p | C_cont | verdict | driving pre-fill / metric |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {v['split']} | {v['variant']} | {v['p_value']:.3g} | {v['c_cont']:.3f} | "
+              f"{'contaminated' if v['contaminated'] else 'no evidence'} | {v.get('driving_convention')} / "
+              f"{v.get('driving_metric')} |" for v in verdicts]
+    with RunLock(out):
+        (out / DID_MD).write_text("### Difference-in-differences per pre-fill, and the verdict over all of them\n\n"
+                                  + "\n".join(lines) + "\n\n" + "\n".join(parts))
+        write_json(out / SUMMARY, summary)
+    if tracker is not None:
+        tracker.table("did_verdicts", [{k: v[k] for k in ("split", "variant", "p_value", "c_cont", "contaminated")}
+                                       for v in verdicts])
+    return summary

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zcp.probe.conventions import is_single_default
 from zcp.probe.datasets import load_datasets
 from zcp.probe.detect import (
     RECORDS,
@@ -17,6 +18,13 @@ from zcp.probe.detect import (
     check_backend_metrics,
     detect,
     probe_config,
+)
+from zcp.probe.multiconv import (
+    convention_probe,
+    detect_conventions,
+    did_conventions,
+    is_multi,
+    listed_conventions,
 )
 from zcp.probe.shard import merge_shards, probe_shard, source_fingerprint, without_shard
 
@@ -28,11 +36,16 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     difference-in-differences is written to `<out>/did.md` and summary.json's `did` block (zcp.probe.did).
     With `run.shard=i/n` only shard i's units are probed, into `<out>/shards/<i>-of-<n>/`, and nothing is tested;
     `run.shard=merge` (no model loaded) gathers the n finished shards into the outputs above (zcp.probe.shard).
+    `probe.prefill`: the answer conventions pre-filled (zcp.probe.multiconv): the default `probe` is the run above;
+    one other convention is the same run with its pre-fill; several (or `auto`) a run per convention in
+    `<out>/conv-<name>/` and the one verdict over all of them in `<out>/` (with `base_model.path`, a DiD per
+    convention and one verdict over them); not sharded.
     """
     from zcp.backends.registry import build_backend
     from zcp.config import run_dir, save_config, to_dict, validate
     from zcp.core.io import model_fingerprint, seed_everything
     from zcp.core.tracking import Tracker
+    from zcp.errors import ConfigError
 
     # every key typed and in range before anything is read or loaded; the job reads the checked DetectJob, whose
     # dataclasses hold the defaults (the raw cfg only names and hashes the run dir, and is saved as config.yaml)
@@ -68,6 +81,14 @@ def run_detect(cfg: Any) -> dict[str, Any]:
              "data_warnings": [x for x in skipped if "warning" in x], "output_dir": str(out)}
     title = f"ZCP on {job.data.name} — {mc.display_name()}"
     sharded = job.run.shard is not None
+    prefill, multi = job.probe.prefill, is_multi(job.probe.prefill)  # the answer conventions (zcp.probe.multiconv)
+    if multi and sharded:
+        raise ConfigError(f"run.shard={job.run.shard} with probe.prefill={prefill!r}: a multi-convention run is not "
+                          "sharded; shard one convention's run at a time (probe.prefill=<name>)")
+    if not is_single_default(prefill) and not multi:  # one other pre-fill: the plain run, with that convention's probe
+        (conv,) = listed_conventions(prefill, probe) or ()
+        probe = convention_probe(probe, conv)
+        extra.update(prefill=prefill, convention=conv.to_dict())
     source = source_fingerprint(plain, weights) if sharded else ""
     saved = without_shard(cfg, keep_null=True)  # a shard's and the merge's config.yaml: the one-process one
     if sharded and job.run.shard_spec is None:  # run.shard=merge: the statistics and reports, once
@@ -89,15 +110,21 @@ def run_detect(cfg: Any) -> dict[str, Any]:
               "shard has finished, run the same command with run.shard=merge")
         return meta
     with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
-        summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
-                         on_ready=lambda: save_config(cfg, out))
+        if multi:  # each convention in <out>/conv-<name>/, the combined verdict in <out>/
+            summary = detect_conventions(backend, datasets, probe, out, settings, listed_conventions(prefill, probe),
+                                         job.probe.auto, prefill=prefill, tracker=tracker, extra=extra, title=title,
+                                         on_ready=lambda: save_config(cfg, out))
+        else:
+            summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
+                             on_ready=lambda: save_config(cfg, out))
         if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
             del backend  # the audited model leaves memory before the base model loads
             free_memory()
-            summary = detect_did(base_mc, datasets, probe, out, settings, summary, tracker)
+            summary = (did_conventions(base_mc, datasets, probe, out, settings, summary, tracker) if multi else
+                       detect_did(base_mc, datasets, probe, out, settings, summary, tracker))
         files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
         if base_mc is not None:
-            files += [str(out / DID_MD), str(out / "base" / SUMMARY), str(out / "base" / TABLE)]
+            files += [str(out / DID_MD)] + ([] if multi else [str(out / "base" / SUMMARY), str(out / "base" / TABLE)])
         if job.logger.log_records:
             files.append(str(out / RECORDS))
         tracker.artifact("detect-results", "zcp-detect", files)

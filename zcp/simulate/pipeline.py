@@ -25,7 +25,8 @@ from zcp.backends.tokenized import TokenizedBackend
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.core.rundir import BASELINES, DETECT, SIMULATION_SUMMARY
-from zcp.probe.detect import DetectDataset, DetectSettings, detect
+from zcp.probe.conventions import is_single_default
+from zcp.probe.detect import DetectDataset, DetectSettings
 from zcp.probe.did import did_markdown, simulation_did
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text, plot_c_cont
@@ -142,9 +143,14 @@ def check_detection_stage(cfg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"items": len(items), "items_without_reference": len(missing)}
     if counter is None:
         return out
-    probe = s.probe_settings
-    units, overflow = plan_units(counter, datasets, probe, settings)
-    check_testable(coverage(datasets, units), settings)
+    from zcp.probe.multiconv import stage_probes
+
+    checked = []
+    for probe in stage_probes(s.probe.prefill, s.probe_settings):  # every pre-fill the stage may probe (probe.prefill)
+        units, overflow = plan_units(counter, datasets, probe, settings)
+        check_testable(coverage(datasets, units), settings)
+        checked.append((units, overflow))
+    units, overflow = checked[0]
     return {**out, "units": len(units), "overflow": len(overflow)}
 
 
@@ -198,6 +204,10 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     check_writable(out_root, key="the detection stage's dir")  # before a model loads
     if "base" in models:
         check_writable(shared_root, key="the shared base-model detection's dir")
+    from zcp.probe.multiconv import conv_dir, detect_prefill, prefill_key, summary_conventions
+
+    prefill = s.probe.prefill  # several conventions (or auto: read from the FT model): the base model gets the same
+    conventions = None
     runs, summaries = {}, {}
     for name, path in models.items():
         # the run's model config (engine, chat_template_kwargs, batch sizes) with this model's weights
@@ -207,23 +217,32 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         # instead of a refusal. The base model's detection depends on nothing else, so it is shared between
         # runs (an exposure sweep probes the base model once).
         units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
-        key = stable_hash(json.dumps([path, backend.fingerprint, probe.__dict__, units, seeds,
-                                      settings.bootstrap_samples], sort_keys=True, default=str), 12)
+        key_parts = [path, backend.fingerprint, probe.__dict__, units, seeds, settings.bootstrap_samples]
+        kw = {"prefill": prefill, "auto": s.probe.auto, "conventions": conventions}
+        if not is_single_default(prefill):  # other pre-fills, other records (the default's key is unchanged)
+            key_parts.append(prefill_key(prefill, s.probe.auto, conventions))
+        key = stable_hash(json.dumps(key_parts, sort_keys=True, default=str), 12)
         title = f"ZCP on the {name} model"
         if name == "base":
             runs[name] = shared_root / f"base-detect__{key}"
-            summaries[name] = detect_shared(backend, datasets, probe, runs[name], settings, title=title)
+            summaries[name] = detect_shared(backend, datasets, probe, runs[name], settings, title=title, **kw)
         else:
             runs[name] = out_root / f"{name}__{key}"
-            summaries[name] = detect(backend, datasets, probe, runs[name], settings, title=title)
+            summaries[name] = detect_prefill(backend, datasets, probe, runs[name], settings, title=title, **kw)
+        conventions = conventions or summary_conventions(summaries[name])
         del backend
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
     table7 = _table7(summaries, metrics, multi)
-    did = simulation_did(runs, list(groups), metrics, settings) if "base" in runs else []
+    did = simulation_did(runs, list(groups), metrics, settings) if "base" in runs and not conventions else []
+    if "base" in runs and conventions:  # per pre-fill, from each convention's own runs of FT and base
+        did = [{"convention": cv.name, **row} for cv in conventions for row in
+               simulation_did({n: conv_dir(d, cv.name) for n, d in runs.items()}, list(groups), metrics, settings)]
     (out_root / "table7.md").write_text(table7)
     if did:
-        (out_root / "did.md").write_text(did_markdown(did))
+        (out_root / "did.md").write_text(did_markdown(did) if not conventions else "\n".join(
+            f"#### Pre-fill {cv.label}\n\n" + did_markdown([r for r in did if r["convention"] == cv.name])
+            for cv in conventions))
     ft_summary = summaries["FT"]
     plot = plot_c_cont({"results": [r for r in ft_summary["results"] if r["variant"] == "original"]},
                        out_root / "c_cont_C_vs_U.png", "ZCP on the contaminated model: C vs U")
@@ -244,6 +263,9 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
         "results": {name: s["results"] for name, s in summaries.items()},
         "verdicts": {name: s["verdicts"] for name, s in summaries.items()},
         "did": did,
+        **({} if is_single_default(prefill) else {  # which pre-fills were probed (auto: what was read)
+            "prefill": prefill, "conventions": ft_summary.get("conventions") or [ft_summary.get("convention")],
+            "auto": ft_summary.get("auto")}),
     }
     (out_root / SIMULATION_SUMMARY).write_text(json.dumps(sim, indent=2, default=str))
     with Tracker(c.get("logger"), run_config=c, run_dir=str(out_root), job_type="simulate-detect",
@@ -271,15 +293,17 @@ SHARED_WAIT_S = math.inf  # how long a simulation waits for another one's shared
 
 
 def detect_shared(backend: Any, datasets: Sequence[DetectDataset], probe: Any, out: Path, settings: DetectSettings,
-                  title: str, wait: float = SHARED_WAIT_S) -> dict[str, Any]:
+                  title: str, wait: float = SHARED_WAIT_S, **prefill: Any) -> dict[str, Any]:
     """`detect` into a directory several simulations share (the base model's detection): a queue lock
     (`<out>/.share.lock`, waited for up to `wait` seconds) is taken before detect's own `.lock`, so a second
     simulation waits for the first instead of refusing, then resumes the finished records (the same units, the
-    same records) and writes the same summary."""
+    same records) and writes the same summary. `prefill` (prefill, auto, conventions): the pre-fills to probe
+    (zcp.probe.multiconv.detect_prefill; none given: the probe's line, `detect` itself)."""
     from zcp.core.io import RunLock
+    from zcp.probe.multiconv import detect_prefill
 
     with RunLock(out, wait=wait, name=".share.lock"):
-        return detect(backend, datasets, probe, out, settings, title=title)
+        return detect_prefill(backend, datasets, probe, out, settings, title=title, **prefill)
 
 
 def validate_detect(c: Any) -> Any:

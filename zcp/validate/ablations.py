@@ -473,12 +473,21 @@ class AblationInputs:
 
 def detection_records_problem(records_path: Path | None, note: str | None = None) -> str | None:
     """Why `records_path` cannot be used as a detection run's records (None: it can): no such file, or its
-    detection run is not finished (`zcp.core.rundir.detection_unfinished`); `note` when there is no path at all."""
+    detection run is not finished (`zcp.core.rundir.detection_unfinished`), or it holds the records of several answer
+    conventions (a multi-convention run: each conv-<name>/records.jsonl holds one); `note` when there is no path at all."""
     if records_path is None:
         return note or "no detection records (set ablation.records or run the detection stage first)"
     if not records_path.is_file():
         return f"{records_path}: no such file"
-    return detection_unfinished(records_path.parent)
+    problem = detection_unfinished(records_path.parent)
+    if problem is None:  # a multi-convention run's records (zcp.probe.multiconv): one convention's at a time
+        from zcp.core.io import read_jsonl
+
+        convs = sorted({str(r.get("convention")) for r in read_jsonl(records_path, tolerate_partial_last_line=True)})
+        if len(convs) > 1:
+            return (f"{records_path} holds the records of {len(convs)} answer conventions ({', '.join(convs)}); "
+                    f"point ablation.records at one of them: {records_path.parent}/conv-<name>/records.jsonl")
+    return problem
 
 
 def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
