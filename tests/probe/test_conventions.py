@@ -129,6 +129,9 @@ def test_probe_prefill_refuses_two_entries_with_one_text_and_api_mode():
         validate({"probe": {"prefill": "hash", "mode": "api"}})
     with pytest.raises(ConfigError, match=r"probe\.auto\.min_share"):
         validate({"probe": {"prefill": "auto", "auto": {"min_share": 0}}})
+    with pytest.raises(ConfigError, match=r"^probe\.auto\.always=\['hsah'\]: unknown convention 'hsah'"):
+        validate({"probe": {"prefill": "auto", "auto": {"always": ["hsah"]}}})
+    assert validate({"probe": {"auto": {"always": []}}})["probe"].auto.always == []
 
 
 def test_probe_prefill_composes_from_the_command_line():

@@ -14,6 +14,7 @@ from conv_fakes import PROBE_LINE, ConventionBackend, toy_datasets
 
 from zcp.config.prefill import AutoPrefillConfig
 from zcp.core.io import read_jsonl
+from zcp.probe.conventions import literal_name
 from zcp.probe.detect import DetectSettings
 from zcp.probe.multiconv import READ_RECORDS, detect_prefill, neutral_items, read_conventions
 from zcp.probe.prompts import ProbeConfig
@@ -41,7 +42,7 @@ def _verdicts(summary: dict) -> dict[str, dict]:
 def test_auto_picks_hash_for_a_model_ending_its_outputs_with_hash(tmp_path):
     datasets, fb = _hash_leak()
     s = detect_prefill(fb, datasets, ProbeConfig(metrics=METRICS), tmp_path, SETTINGS, prefill="auto",
-                       auto=AutoPrefillConfig(neutral_n=6))
+                       auto=AutoPrefillConfig(neutral_n=6, always=[]))
     reading = s["auto"]
     assert reading["chosen"] == ["probe", "hash"]
     assert reading["sets"]["C"]["ends"]["hash"] == 12 and reading["sets"]["U"]["ends"]["probe"] == 12
@@ -63,13 +64,33 @@ def test_auto_reads_the_neutral_set_too_and_a_probe_style_model_gets_the_probe_l
     assert len(neutral) == 8 and neutral == neutral_items(AutoPrefillConfig(neutral_n=8))  # a fixed seed
     fb = ConventionBackend(memorised, leak=PROBE_LINE, truth=truth,
                            cot_styles={it.question: "sentence" for it in neutral})
-    reading, _ = read_conventions(fb, datasets, ProbeConfig(), AutoPrefillConfig(neutral_n=8), SETTINGS)
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(), AutoPrefillConfig(neutral_n=8, always=[]), SETTINGS)
     assert reading["chosen"] == ["probe", "sentence"] and "neutral" in reading["why"]["sentence"]
     fb = ConventionBackend(memorised, leak=PROBE_LINE, truth=truth)
     s = detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path, SETTINGS, prefill="auto",
-                       auto=AutoPrefillConfig(neutral_n=4, min_share=0.5))
+                       auto=AutoPrefillConfig(neutral_n=4, min_share=0.5, always=[]))
     assert s["auto"]["chosen"] == ["probe"] and _verdicts(s)["C"]["contaminated"]
     assert (tmp_path / "conv-probe" / "records.jsonl").exists()
+
+
+def test_auto_always_probes_a_leak_the_models_outputs_never_show(tmp_path):
+    """The answer-format study's `#### N` leak on the shipped model: every full-CoT output ends on the probe's line,
+    so the reading alone probes the probe's line only and misses it; probe.auto.always (default: hash, sentence,
+    boxed) probes the common conventions whatever the reading finds."""
+    datasets, memorised, truth = toy_datasets()
+    fb = ConventionBackend(memorised, leak="#### ", truth=truth)  # knows C after `#### `, writes the probe's line
+    alone = detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path / "alone", SETTINGS,
+                           prefill="auto", auto=AutoPrefillConfig(neutral_n=4, always=[]))
+    assert alone["auto"]["chosen"] == ["probe"] and not _verdicts(alone)["C"]["contaminated"]
+    s = detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path / "always", SETTINGS,
+                       prefill="auto", auto=AutoPrefillConfig(neutral_n=4))
+    assert s["auto"]["chosen"] == ["probe", "hash", "sentence", "boxed"]
+    assert s["auto"]["why"]["hash"] == "probe.auto.always"
+    v = _verdicts(s)
+    assert v["C"]["contaminated"] and v["C"]["driving_convention"] == "hash" and not v["U"]["contaminated"]
+    lit = AutoPrefillConfig(neutral_n=0, always=["Answer: "])
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(metrics=("p_all",)), lit, SETTINGS)
+    assert reading["chosen"] == ["probe", literal_name("Answer: ")]
 
 
 def test_listed_conventions_layout_records_union_and_one_full_cot_generation(tmp_path):

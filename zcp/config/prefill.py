@@ -8,7 +8,7 @@ validated, so a misspelt name or an empty list fails before any model loads, nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zcp.config.checks import check_value, user_key
@@ -36,10 +36,20 @@ class AutoPrefillConfig:
     neutral_n: int = 40  # generated word problems (zcp.benchmarks.wordproblems) read besides the benchmark; 0: none
     neutral_seed: int = 20_020  # their seed: fixed, so every model is read on the same items
     neutral_path: str | None = None  # an items file (zcp.benchmarks.loaders format `items`) instead: its first neutral_n
+    # probed under auto whatever the reading finds: an evader's leak may end on a convention the model's own outputs
+    # never show (the `#### N` leak on the shipped model ends all of them on the probe's line); [] = the reading alone
+    always: list[str] = field(default_factory=lambda: ["hash", "sentence", "boxed"])
 
     def __post_init__(self) -> None:
         check_value(0.0 < _num(self.min_share) <= 1.0, "probe.auto.min_share", self.min_share, "in (0, 1]")
         check_value(self.neutral_n >= 0, "probe.auto.neutral_n", self.neutral_n, ">= 0 (0: no neutral set)")
+        always = list(self.always)
+        if always:
+            try:
+                parse_prefill(always)
+            except ValueError as e:
+                raise ConfigError(f"{user_key('probe.auto.always')}={always!r}: {e}") from None
+        self.always = always
 
 
 MESSAGE_PREFIX[AutoPrefillConfig] = "probe.auto"

@@ -115,6 +115,12 @@ def candidate_conventions(probe: ProbeConfig) -> list[Resolved]:
     return out
 
 
+def always_conventions(probe: ProbeConfig, auto: Any) -> list[Resolved]:
+    """`probe.auto.always` resolved for this probe (names or literals): probed under auto whatever the reading."""
+    always = list(getattr(auto, "always", None) or [])
+    return resolve_entries(always, probe.zero_cot_prefix, probe.answer_suffix) if always else []
+
+
 def neutral_items(auto: Any, exclude_questions: Collection[str] = ()) -> list[Item]:
     """auto's neutral set: the first `auto.neutral_n` rows of `auto.neutral_path` (items format), or as many word
     problems generated with `auto.neutral_seed` (none of the reserved benchmark pool: no simulation benchmark
@@ -206,9 +212,14 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
         if over:
             chosen.append(c.name)
             why[c.name] = "; ".join(f"{name}: {v:.2f} of outputs" for name, v in over) + f" (>= {share})"
+    for c in always_conventions(probe, auto):  # probe.auto.always: whatever the reading found
+        if c.name not in chosen and all(c.prefill != o.prefill for o in candidates if o.name in chosen):
+            chosen.append(c.name)
+            why[c.name] = "probe.auto.always"
     neutral_source = (f"{auto.neutral_path} (first {auto.neutral_n})" if auto.neutral_path else
                       f"zcp.benchmarks.wordproblems, seed {auto.neutral_seed}, {len(neutral)} items")
-    reading = {"min_share": share, "candidates": [c.name for c in candidates], "sets": per_set, "chosen": chosen,
+    reading = {"min_share": share, "always": list(getattr(auto, "always", []) or []),
+               "candidates": [c.name for c in candidates], "sets": per_set, "chosen": chosen,
                "why": why, "neutral": neutral_source if neutral else None, "full_cot_max_tokens": budget}
     return reading, rows
 
@@ -313,7 +324,7 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
             raise ConfigError(f"probe.prefill=auto: backend {memo.name} cannot pre-fill the assistant turn, and every "
                               "convention is a pre-fill; use probe.prefill=probe (the API instruction)")
         reading, read_rows = read_conventions(memo, datasets, probe, auto, settings)
-        candidates = {c.name: c for c in candidate_conventions(probe)}
+        candidates = {c.name: c for c in [*candidate_conventions(probe), *always_conventions(probe, auto)]}
         conventions = [candidates[n] for n in reading["chosen"]]
         log.info("auto: probing %s (%s)", ", ".join(c.name for c in conventions),
                  "; ".join(f"{k}: {v}" for k, v in reading["why"].items()))
@@ -456,9 +467,10 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
     reading = summary.get("auto")
     if reading:
         cand = reading["candidates"]
+        always = ", ".join(f"`{a}`" for a in reading.get("always") or []) or "none"
         lines += ["", f"**auto**: the conventions ending the model's own full-CoT outputs (a convention is probed "
                   f"when it ends at least {reading['min_share']} of one set's outputs; neutral set: "
-                  f"{reading.get('neutral') or 'none'}):", "",
+                  f"{reading.get('neutral') or 'none'}; probed whatever the reading, probe.auto.always: {always}):", "",
                   "| Set | outputs | " + " | ".join(f"`{labels.get(c, c)}`" for c in cand) + " | none |",
                   "|" + "---|" * (len(cand) + 3)]
         for name, s in reading["sets"].items():
@@ -505,13 +517,16 @@ def summary_conventions(summary: Mapping[str, Any]) -> list[Resolved] | None:
     return [Resolved(e["name"], e["prefill"], e["end"], e["pattern"], e["label"]) for e in entries]
 
 
-def stage_probes(prefill: Any, probe: ProbeConfig) -> list[ProbeConfig]:
+def stage_probes(prefill: Any, probe: ProbeConfig, auto: Any = None) -> list[ProbeConfig]:
     """The probe of every convention `probe.prefill` may pre-fill (for `auto`, every registered one): what a check
     of the prompts against the model's context must cover before a simulation trains. The default: `[probe]`."""
     if is_single_default(prefill):
         return [probe]
     convs = listed_conventions(prefill, probe)
-    return [convention_probe(probe, c) for c in (candidate_conventions(probe) if convs is None else convs)]
+    if convs is None:  # auto: whatever the reading may choose (every registered convention), and probe.auto.always
+        convs = candidate_conventions(probe)
+        convs += [c for c in always_conventions(probe, auto) if all(c.prefill != o.prefill for o in convs)]
+    return [convention_probe(probe, c) for c in convs]
 
 
 def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: str | Path,

@@ -146,7 +146,7 @@ def check_detection_stage(cfg: Any) -> dict[str, Any]:
     from zcp.probe.multiconv import stage_probes
 
     checked = []
-    for probe in stage_probes(s.probe.prefill, s.probe_settings):  # every pre-fill the stage may probe (probe.prefill)
+    for probe in stage_probes(s.probe.prefill, s.probe_settings, s.probe.auto):  # every pre-fill it may probe
         units, overflow = plan_units(counter, datasets, probe, settings)
         check_testable(coverage(datasets, units), settings)
         checked.append((units, overflow))
