@@ -363,6 +363,7 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
     from zcp.errors import ConfigError
     from zcp.simulate.contaminate import _config_fingerprint, _run_dir, check_inputs, contaminate
     from zcp.simulate.settings import sim_config
+    from zcp.simulate.stages import is_main_process
 
     validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
     s = sim_config(cfg)  # the contamination reads its groups through their schemas
@@ -385,6 +386,8 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
         check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
     result = contaminate(s)
     out: dict[str, Any] = {"contamination": result}
+    if not is_main_process():  # under accelerate launch only training is data-parallel: rank 0 alone detects
+        return out
     if "detect" in stages:
         out["detection"] = run_detection_stage(cfg, result)
     if "baselines" in stages:

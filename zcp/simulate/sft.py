@@ -197,15 +197,34 @@ def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def save_adapter_atomic(model: Any, dest: str | os.PathLike[str]) -> Path:
-    """Save a PEFT adapter to `dest` through a temporary folder, so a half-written adapter never counts as done."""
+def save_adapter_atomic(model: Any, dest: str | os.PathLike[str], state_dict: Mapping[str, Any] | None = None) -> Path:
+    """Save a PEFT adapter to `dest` through a temporary folder, so a half-written adapter never counts as done.
+
+    `state_dict`: the weights to save instead of the model's own (the gathered ones under ZeRO-3,
+    `gathered_state_dict`); PEFT keeps the adapter's entries of it."""
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    model.save_pretrained(str(tmp), safe_serialization=True, **({} if state_dict is None else {"state_dict": state_dict}))
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return dest
+
+
+def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
+    """The trained adapter's weights as the main process must save them, or None: save the model's own.
+
+    One process, DDP and ZeRO-2 give None (every rank holds the whole adapter). Under DeepSpeed ZeRO-3 each rank
+    holds a shard of every parameter, so `model.save_pretrained` on rank 0 alone would write its empty shards: the
+    trainable weights are gathered into 16-bit copies (what `Trainer.save_model` does for a PEFT model; needs
+    stage3_gather_16bit_weights_on_model_save, set in launch/deepspeed/zero3.json). The gather is a collective:
+    call this on every rank (rank 0 gets the weights)."""
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return None
+    engine = trainer.deepspeed
+    if (engine.config.get("zero_optimization") or {}).get("stage") != 3:
+        return None
+    return engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
 
 
 def adapter_done(path: str | os.PathLike[str]) -> bool:
@@ -237,7 +256,8 @@ def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output
 
 def train_and_save(trainer: Any, output_dir: Any, adapter_dir: Any, stage: str) -> Any:
     """Train (resuming from the newest checkpoint in output_dir), save the adapter atomically on the main
-    process, and wait for every process; returns the trained model. Shared by the SFT and GRPO stages.
+    process (gathered from the ranks' shards under ZeRO-3: `gathered_state_dict`), and wait for every process;
+    returns the trained model. Shared by the SFT and GRPO stages.
 
     A write that fails on the way (a checkpoint on a full disk: torch raises a bare "unexpected pos"
     RuntimeError) is re-raised as the OSError naming the folder and the errno (`zcp.core.io.as_write_error`), which
@@ -249,8 +269,9 @@ def train_and_save(trainer: Any, output_dir: Any, adapter_dir: Any, stage: str) 
         log.info("%s: resuming from %s", stage, ckpt)
     with naming_write_errors(output_dir):  # a checkpoint that cannot be written: one line naming the disk
         trainer.train(resume_from_checkpoint=ckpt)
+    state_dict = gathered_state_dict(trainer)  # every rank: a collective under ZeRO-3
     if trainer.accelerator.is_main_process:
         with naming_write_errors(adapter_dir):
-            save_adapter_atomic(trainer.model, adapter_dir)
+            save_adapter_atomic(trainer.model, adapter_dir, state_dict)
     trainer.accelerator.wait_for_everyone()
     return trainer.model

@@ -18,6 +18,7 @@ A stage that raises stops the run there; rerunning the same command resumes at t
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,17 @@ class StageLog:
     run: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+def process_rank() -> int:
+    """This process's rank in a distributed run (`RANK`, which `accelerate launch` / torchrun set), 0 in a single
+    process. Rank 0 is the main process: the one that runs `main_only` stages and writes the run's files."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main_process() -> bool:
+    """True on rank 0 of a distributed run, and in a single process (`process_rank`)."""
+    return process_rank() == 0
 
 
 def _no_barrier() -> None:
