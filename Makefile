@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zcp-installed
 
-.PHONY: setup demo test test-all test-engines lint bench clean
+.PHONY: setup demo test test-all test-engines test-launch lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ $(ENGINES_STAMP): pyproject.toml
 
 test-engines: $(ENGINES_STAMP)
 	ZCP_ENGINES=1 WANDB_MODE=disabled $(ENGINES_PY) -m pytest -q -s tests/engines
+
+# Opt-in launch suite (slow: 4-9 min on 2 shared cores; also in test-all): the contamination pipeline under
+# `accelerate launch` with 2 CPU processes (gloo: agreement with 1 process, rank-0-only writes, SIGKILL + resume) and
+# the exposure sweep on hydra-submitit-launcher's local executor vs the basic launcher. Figures printed (-s).
+test-launch: $(STAMP)
+	WANDB_MODE=disabled $(PY) -m pytest -q -s -m slow tests/simulate/test_multiproc.py tests/simulate/test_sweep_launcher.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
