@@ -152,5 +152,5 @@ def test_memo_backend_generates_each_distinct_full_cot_request_once():
     again = memo.generate([full[1], zero])
     assert first[0] == first[2] and again[0] == first[1] and again[1] == first[3]
     assert fb.calls["generated"] == 2 + 1 + 1  # q1, q2 once; the pre-filled request each time
-    assert (memo.generated, memo.reused) == (4, 2)
+    assert (memo.generated, memo.reused, memo.passed) == (2, 2, 2)
     assert memo.name == fb.name and memo.supports_prefill and memo.inner is fb  # everything else is read through

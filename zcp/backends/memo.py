@@ -26,8 +26,9 @@ class MemoBackend:
         self._inner = backend
         self._keep = keep
         self._memo: dict[GenerationRequest, str] = {}
-        self.generated = 0  # requests sent to the wrapped backend
-        self.reused = 0  # requests answered from the memo
+        self.generated = 0  # memoised requests (those `keep` accepts) sent to the wrapped backend
+        self.reused = 0  # memoised requests answered from the memo
+        self.passed = 0  # requests `keep` leaves out, sent on every time
 
     @property
     def inner(self) -> Backend:
@@ -53,7 +54,9 @@ class MemoBackend:
                 seen.add(r)
             todo.append(r)
         fresh = self._inner.generate(todo) if todo else []
-        self.generated += len(todo)
+        kept = sum(self._keeps(r) for r in todo)
+        self.generated += kept
+        self.passed += len(todo) - kept
         out_fresh = iter(fresh)
         results: dict[int, str] = {}
         new: dict[GenerationRequest, str] = {}

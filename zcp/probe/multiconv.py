@@ -216,6 +216,8 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
         if c.name not in chosen and all(c.prefill != o.prefill for o in candidates if o.name in chosen):
             chosen.append(c.name)
             why[c.name] = "probe.auto.always"
+    order = [c.name for c in candidates]  # table order (literals of probe.auto.always last): one run key per set
+    chosen.sort(key=lambda n: order.index(n) if n in order else len(order))
     neutral_source = (f"{auto.neutral_path} (first {auto.neutral_n})" if auto.neutral_path else
                       f"zcp.benchmarks.wordproblems, seed {auto.neutral_seed}, {len(neutral)} items")
     reading = {"min_share": share, "always": list(getattr(auto, "always", []) or []),
@@ -362,7 +364,8 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
             "prefill": prefill, "conventions": conv_info, "auto": reading,
             **combined,
             "full_cot_generation": {"generated": memo.generated, "reused": memo.reused,
-                                    "rule": "one generation per distinct full-CoT request (zcp.backends.memo)"},
+                                    "rule": "one generation per distinct full-CoT request (zcp.backends.memo), "
+                                            "for auto's reading and every convention's con"},
             **(extra or {}),
         }
         _write_union(out, names)

@@ -10,6 +10,9 @@ turn. Full-CoT: the normal prompt. The built-in metrics follow section 3.4 of th
   pre-filled box), tokenised in context right after the prefix. Scoring the end too is what keeps a
   strict prefix of the model's answer (gold "5" where the model answers "50") from scoring as the answer.
 An answer that cannot be extracted or parsed is malformed: counted, and scored as wrong.
+The pre-fill is one answer convention (zcp.probe.conventions): after a box the answer runs to the brace that closes
+it; after a line convention (`#### `, `The answer is `) to its end (`extract_after_prefill`); a multi-convention run
+(zcp.probe.multiconv) gives each convention's probe its pre-fill as `zero_cot_prefix` and its name in `extra`.
 Which passes run is read from the table: the score pass when a metric needs log-probs, the zero-CoT
 generation when one needs the greedy answer, the full-CoT generation when one needs it; a metric with its own
 pass (`ProbeMetric.probe`) runs it after the zero-CoT passes.
