@@ -135,3 +135,19 @@ def test_the_simulations_detection_stage_reads_auto_from_the_ft_model_and_probes
     assert {d["convention"] for d in sim["did"]} == set(chosen)
     assert {v["split"] for v in sim["verdicts"]["FT"]} == {"C", "U"}
     assert "n_tests" in sim["verdicts"]["FT"][0] or len(chosen) == 1
+
+
+def test_the_default_prefill_leaves_the_run_dirs_name_as_before_the_key_existed(world):
+    from zcp.config import run_dir
+    from zcp.probe.multiconv import without_default_prefill
+
+    default = _detect_cfg(world)
+    stripped = without_default_prefill(default)
+    assert "prefill" not in stripped.probe and "auto" not in stripped.probe
+    old = OmegaConf.create(OmegaConf.to_container(default, resolve=True))  # the config as it was: no such keys
+    del old.probe["prefill"], old.probe["auto"]
+    assert run_dir(stripped, "detect", "toy") == run_dir(old, "detect", "toy")
+    auto = without_default_prefill(_detect_cfg(world, "probe.prefill=auto"))
+    assert auto.probe.prefill == "auto" and "auto" in auto.probe
+    listed = without_default_prefill(_detect_cfg(world, "probe.prefill=[probe,hash]", "probe.auto.min_share=0.5"))
+    assert list(listed.probe.prefill) == ["probe", "hash"] and "auto" not in listed.probe

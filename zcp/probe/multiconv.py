@@ -567,3 +567,23 @@ def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: Prob
         tracker.table("did_verdicts", [{k: v[k] for k in ("split", "variant", "p_value", "c_cont", "contaminated")}
                                        for v in verdicts])
     return summary
+
+
+def without_default_prefill(cfg: Any) -> Any:
+    """`cfg` without `probe.prefill` when it is the default (`probe`) and without `probe.auto` unless it is `auto`:
+    the keys that change no record then, left out of what names the run directory (zcp.config.run_dir hashes it),
+    so a default run keeps the directory it had before the keys existed and resumes there."""
+    probe = cfg.get("probe") if cfg is not None else None
+    if probe is None or ("prefill" not in probe and "auto" not in probe):
+        return cfg
+    from omegaconf import OmegaConf
+
+    from zcp.config import to_dict
+
+    d = to_dict(cfg)
+    value = d["probe"].get("prefill", PROBE)
+    if is_single_default(value):
+        d["probe"].pop("prefill", None)
+    if parse_prefill(value) != AUTO:
+        d["probe"].pop("auto", None)
+    return OmegaConf.create(d)

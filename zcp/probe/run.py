@@ -25,6 +25,7 @@ from zcp.probe.multiconv import (
     did_conventions,
     is_multi,
     listed_conventions,
+    without_default_prefill,
 )
 from zcp.probe.shard import merge_shards, probe_shard, source_fingerprint, without_shard
 
@@ -68,8 +69,9 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     local = mc.backend != "openai"  # a served model has no local weights to fingerprint
     weights = {"model": model_fingerprint(mc.path) if local else None,
                "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
-    # run.shard is no part of the run: every shard, the merge and one process of the command share one directory
-    plain = without_shard(without_null_base(cfg))
+    # run.shard is no part of the run: every shard, the merge and one process of the command share one directory;
+    # nor are probe.prefill / probe.auto where they change no record (a default run keeps its directory)
+    plain = without_default_prefill(without_shard(without_null_base(cfg)))
     out = run_dir(plain, "detect", job.data.name, mc.display_name(), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
                               test=job.stats.test, reference_draws=job.stats.reference_draws,
