@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from zcp.backends.base import Backend
-from zcp.core.io import RunLock, read_json, read_jsonl, stable_hash, write_json, write_jsonl
+from zcp.core.io import RunLock, read_json, stable_hash, write_json, write_jsonl
 from zcp.core.items import Item
+from zcp.core.records import RecordStore
 from zcp.errors import RunDirError
 from zcp.probe.detect import (
     META,
@@ -201,9 +202,8 @@ def _read_shard(out: Path, i: int, n: int, source: str, order: dict[tuple[str, s
                           f"differs from shard 0/{n}'s {first['fingerprint']} (the model or the plan changed between "
                           f"them); delete {sdir} and {again}, then merge")
     path = sdir / RECORDS
-    unique: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    for r in read_jsonl(path, tolerate_partial_last_line=True) if path.exists() else []:
-        unique.setdefault(_key(r), r)
+    store = RecordStore(path, _key)  # the shard's finished records (a torn last line of a killed shard dropped)
+    unique = {_key(r): r for r in store.unique(store.read())}
     if len(unique) < int(meta["n_units"]):
         raise RunDirError(f"run.shard=merge: shard {i}/{n} is not finished ({path} holds {len(unique)} of its "
                           f"{meta['n_units']} units); {again} (it resumes), then merge")

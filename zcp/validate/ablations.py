@@ -481,9 +481,9 @@ def detection_records_problem(records_path: Path | None, note: str | None = None
         return f"{records_path}: no such file"
     problem = detection_unfinished(records_path.parent)
     if problem is None:  # a multi-convention run's records (zcp.probe.multiconv): one convention's at a time
-        from zcp.core.io import read_jsonl
+        from zcp.core.records import RecordStore
 
-        convs = sorted({str(r.get("convention")) for r in read_jsonl(records_path, tolerate_partial_last_line=True)})
+        convs = sorted({str(r.get("convention")) for r in RecordStore(records_path).read()})
         if len(convs) > 1:
             return (f"{records_path} holds the records of {len(convs)} answer conventions ({', '.join(convs)}); "
                     f"point ablation.records at one of them: {records_path.parent}/conv-<name>/records.jsonl")

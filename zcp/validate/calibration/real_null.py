@@ -184,7 +184,7 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
     Sources whose items all have the same number of draws are tested vectorised (as in part (a), with the
     exact binary test checked against the library); ragged ones through zcp.probe.stats.paired_test.
     """
-    from zcp.core.io import read_jsonl
+    from zcp.core.records import RecordStore
 
     paths = expand_paths(s.records)
     info: dict[str, Any] = {"files": [str(p) for p in paths], "sources": []}
@@ -193,7 +193,7 @@ def real_null_study(s: RealNullSettings, alphas: Sequence[float], seed: int, *, 
         info["skipped"] = f"no records file matched {list(s.records)}"
         return rows, info
     for path in paths:
-        recs = list(read_jsonl(path, tolerate_partial_last_line=True))
+        recs = RecordStore(path).read()
         groups, metrics = reference_draws(recs, s.metrics)
         for split, items in sorted(groups.items()):
             usable = [oid for oid, a in sorted(items.items()) if a.shape[0] >= 2]
