@@ -240,8 +240,8 @@ class DataConfig:
     generator_seed: int | None = None  # generators: null = the run's seed
     n_per_stage: int | None = None  # format arithmark, generated: records per stage; null = 1000 (__post_init__)
     families: list[str] | None = None  # format wordproblems: families to generate (null: all)
-    # evaluate/run_baselines.py (zcp.validate.detectors): a second file U beside `path` (= C), and the metadata the
-    # guided-instruction detector names (Golchin & Surdeanu 2023)
+    # a second file U beside `path` (= C) with its own reference set (detection and baselines alike, read by
+    # zcp.benchmarks.dataset.read_data), and the metadata the guided-instruction detector names (Golchin & Surdeanu 2023)
     u_path: Any = None
     u_reference_path: Any = None
     dataset_name: str | None = None
