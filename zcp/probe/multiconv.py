@@ -581,9 +581,10 @@ def without_default_prefill(cfg: Any) -> Any:
     from zcp.config import to_dict
 
     d = to_dict(cfg)
-    value = d["probe"].get("prefill", PROBE)
-    if is_single_default(value):
-        d["probe"].pop("prefill", None)
-    if parse_prefill(value) != AUTO:
-        d["probe"].pop("auto", None)
+    sub = d["probe"]
+    prefill = sub.get("prefill")  # None in a config from before the key existed: the default run
+    if prefill is None or is_single_default(prefill):
+        sub.pop("prefill", None)
+    if prefill is None or parse_prefill(prefill) != AUTO:
+        sub.pop("auto", None)
     return OmegaConf.create(d)
