@@ -286,6 +286,7 @@ def test_shards_the_merge_and_one_process_name_one_run_dir(model_dir, small):
     assert run_dir(OmegaConf.create(before), "detect", "bench") in dirs
 
 
+@pytest.mark.slow  # ~13 s unloaded; make test-all. The fast suite keeps the kill-resume of detection (test_detect_e2e) and of the store (tests/core/test_records.py)
 def test_a_shard_killed_with_sigkill_resumes_and_the_merge_equals_one_process(model_dir, tmp_path):
     """Shard 1/2 as a subprocess writing one unit per chunk (slow enough to be caught midway), SIGKILLed, refused by
     the merge as unfinished, resumed with another chunk size (no part of the run), merged: one process's files."""

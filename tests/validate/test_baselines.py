@@ -87,6 +87,7 @@ def test_dpcc_fires_on_memorised_originals_and_not_on_an_untrained_model(memoris
     assert det.benchmark_decision(clean, ctx)["decision"] is False
 
 
+@pytest.mark.slow  # ~26 s unloaded (generation-heavy); make test-all
 def test_guided_instruction_fires_when_the_instances_leaked_with_their_metadata(memorised):
     """Golchin & Surdeanu's premise: the instances leaked together with their dataset and split names. A copy
     fine-tuned on C's instances in the guided form completes them under the guided instruction and not
