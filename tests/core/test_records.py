@@ -211,3 +211,24 @@ def test_lines_split_only_at_newlines(tmp_path):
     store = RecordStore(path, key=_key)
     store.append([row])
     assert RecordStore(path, key=_key).load() == [row]
+
+
+def test_sync_behind_syncs_each_batch_in_the_background_and_raises_its_error(tmp_path, monkeypatch):
+    path = tmp_path / "records.jsonl"
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(records_mod.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    store = RecordStore(path, key=_key, sync_behind=True)
+    store.append(_rows(3))
+    store.append(_rows(2, start=3))  # waits for the first batch's sync before writing
+    store.wait()
+    assert len(synced) == 2 and [r["unit"] for r in RecordStore(path).read()] == [f"u{k}" for k in range(5)]
+
+    def fail(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records_mod.os, "fsync", fail)
+    store.append(_rows(1, start=5))  # the bytes are written; their sync fails in the background
+    with pytest.raises(OSError, match=r"records\.jsonl"):
+        store.wait()
+    store.wait()  # raised once

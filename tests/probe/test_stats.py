@@ -197,6 +197,37 @@ def test_monte_carlo_is_deterministic_in_seed():
     assert paired_test("p_all", x, y, B=500, seed=7).p_value == paired_test("p_all", x, y, B=500, seed=7).p_value
 
 
+def _mc_reference(x, refs, B, seed):
+    """The Monte Carlo count written out plainly: one stream of uniforms, relabelling by relabelling, the picked
+    version's term indexed item by item."""
+    rng = np.random.default_rng(seed)
+    terms = [np.concatenate([[a], r]) * (1 + 1 / len(r)) - (a + r.sum()) / len(r) for a, r in zip(x, refs, strict=True)]
+    t_obs = sum(t[0] for t in terms)
+    tol = 1e-10 * sum(np.abs(t).max() for t in terms)
+    u = rng.random((B, len(terms)))
+    exceed = 0
+    for b in range(B):
+        row = np.array([t[int(u[b, i] * t.size)] for i, t in enumerate(terms)])
+        exceed += bool(row.sum() >= t_obs - tol)
+    return (1 + exceed) / (B + 1), exceed
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_monte_carlo_count_is_the_plain_count_whatever_the_blocks_and_threads(ragged, monkeypatch):
+    from zcp.probe import stats as stats_mod
+
+    rng = np.random.default_rng(11)
+    n, B = 40, 300
+    x = rng.random(n)
+    refs = [rng.random(int(rng.integers(1, 4)) if ragged else 1) for _ in range(n)]
+    want = _mc_reference(x, refs, B, seed=5)
+    assert permutation_pvalue_mc(x, refs, B=B, seed=5)[:2] == want
+    assert permutation_pvalue_mc(x, refs, B=B, seed=5, chunk=7 * n)[:2] == want  # blocks of 7 relabellings
+    monkeypatch.setattr(stats_mod, "MC_THREADED_DRAWS", 0)
+    monkeypatch.setattr(stats_mod, "MC_THREADS", 3)
+    assert permutation_pvalue_mc(x, refs, B=B, seed=5, chunk=7 * n)[:2] == want  # on 3 threads
+
+
 def _null_binary(rng, n, m, mean_acc):
     """Heterogeneous items (q_i ~ Beta around mean_acc); the m + 1 versions i.i.d. given q_i (H0)."""
     q = rng.beta(mean_acc * 4, (1 - mean_acc) * 4, n)

@@ -138,15 +138,16 @@ class HFBackend(TokenizedBackend):
                 length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Pad token lists (to the longest, or to `length`) into (input_ids, attention_mask) on the model's device."""
         n = max([len(s) for s in seqs] + [length or 0])
-        ids = torch.full((len(seqs), n), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), n), dtype=torch.long)
-        for r, s in enumerate(seqs):
-            if left:
-                ids[r, n - len(s):] = torch.tensor(s)
-                mask[r, n - len(s):] = 1
-            else:
-                ids[r, : len(s)] = torch.tensor(s)
-                mask[r, : len(s)] = 1
+        pad = [self.pad_id] * n
+        zeros, ones = [0] * n, [1] * n
+        if left:  # the padded rows built as lists and converted once (not a tensor per row)
+            rows = [pad[: n - len(s)] + list(s) for s in seqs]
+            masks = [zeros[: n - len(s)] + ones[: len(s)] for s in seqs]
+        else:
+            rows = [list(s) + pad[len(s):] for s in seqs]
+            masks = [ones[: len(s)] + zeros[len(s):] for s in seqs]
+        ids = torch.tensor(rows, dtype=torch.long).reshape(len(seqs), n)
+        mask = torch.tensor(masks, dtype=torch.long).reshape(len(seqs), n)
         return ids.to(self.device), mask.to(self.device)
 
     def _logits(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
@@ -202,7 +203,7 @@ class HFBackend(TokenizedBackend):
                 cont = enc[i].continuation_ids
                 stats = requests[i].distribution_stats
                 results[i] = ScoreResult(token_logprobs=tuple(tok_lp[k : k + len(cont)]),
-                                         tokens=tuple(self.tokenizer.convert_ids_to_tokens(list(cont))),
+                                         tokens=self.tokens_of(cont),
                                          token_means=tuple(mu[k : k + len(cont)]) if stats else (),
                                          token_stds=tuple(sd[k : k + len(cont)]) if stats else ())
                 k += len(cont)

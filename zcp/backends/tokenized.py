@@ -10,11 +10,18 @@ those ids, so p_first/p_all of two engines are log-probs of exactly the same tok
 Tokenising prompt + continuation jointly would let a pre-tokenizer merge the prompt's last character with
 the answer's first (Qwen2-style `{-`, `{\\`, `{(`): p_first would then score a token the model can never
 emit after the pre-filled `\\boxed{`. `encode_for_scoring` documents the rule used instead.
+
+Host work per request is kept off a run's critical path: a prompt is rendered once (the chat template applied
+to all new prompts in one batched call) and tokenised once (a run counts its prompts' tokens before probing
+and scores them after: the second time is a lookup), and the joint tokenisation of prompt + continuation
+re-tokenises only the text after the prompt's last special token (`_joint_ids`), since the tokenizers library
+tokenises the pieces between added tokens independently.
 """
 
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +33,16 @@ log = logging.getLogger(__name__)
 # Texts put before a continuation whose standalone tokenisation does not decode back to it (a tokenizer
 # that prepends a dummy space, SentencePiece `▁`): the anchor's own tokens are dropped afterwards.
 _ANCHORS = ("\n", "\n\n", "0", "a", " ", "§")
+# Entries a backend keeps of rendered prompts, prompt ids and tail tokenisations, oldest dropped first. A run's plan
+# tokenises every prompt before scoring starts, so this is the largest run whose scoring reuses them (65,536 units:
+# GSM8K with a dozen versions per item); ids are kept as 4-byte arrays, a few KB per long prompt in all.
+CACHE_ENTRIES = 1 << 16
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any, limit: int = CACHE_ENTRIES) -> None:
+    if len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 @dataclass(frozen=True)
@@ -83,24 +100,67 @@ class TokenizedBackend(Backend):
         self.plain_template = plain_template
         self.max_length = int(max_length) if max_length else None
         self._token_text: dict[int, str] = {}
+        self._token_str: dict[int, str] = {}
+        self._rendered: dict[Prompt, str] = {}  # render's results (a function of the prompt and the settings above)
+        self._prompt_ids: dict[tuple[str, bool], array[int]] = {}  # (rendered text, special tokens) -> ids
+        self._piece_ids: dict[str, array[int]] = {}  # texts after a prompt's last special token -> ids
+        self._splitters: dict[int, str] | None = None  # added tokens the tokenizer splits texts at (_joint_ids)
+        self._spliced = 0  # joint tokenisations spliced at a special token so far (_joint_ids)
 
     # ------------------------------------------------------------------ prompts
     def _uses_template(self, prompt: Prompt) -> bool:
         return bool(prompt.chat and self.chat and getattr(self.tokenizer, "chat_template", None))
 
+    @staticmethod
+    def _chat_messages(prompt: Prompt) -> list[dict[str, str]]:
+        return ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
+            {"role": "user", "content": prompt.user}
+        ]
+
+    def _fresh_caches(self) -> None:
+        """Drop what was kept of rendered prompts and their ids when what they depend on changed (the tokenizer,
+        its chat template, the rendering options: a caller may set them after construction)."""
+        state = (id(self.tokenizer), getattr(self.tokenizer, "chat_template", None), self.chat, self.plain_template,
+                 repr(self.chat_template_kwargs))
+        if state != getattr(self, "_cache_state", None):
+            self._cache_state = state
+            self._rendered.clear()
+            self._prompt_ids.clear()
+            self._piece_ids.clear()
+            self._token_str.clear()
+            self._splitters = None
+
     def render(self, prompt: Prompt) -> str:
         """The exact text the model conditions on (chat template + pre-filled assistant prefix)."""
+        self._fresh_caches()
+        text = self._rendered.get(prompt)
+        if text is not None:
+            return text
         if not prompt.chat:
-            return prompt.user + prompt.assistant_prefix
-        if self._uses_template(prompt):
-            messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
-                {"role": "user", "content": prompt.user}
-            ]
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                      **self.chat_template_kwargs)
-            return text + prompt.assistant_prefix
-        user = f"{prompt.system}\n\n{prompt.user}" if prompt.system else prompt.user
-        return self.plain_template.format(user=user, prefix=prompt.assistant_prefix)
+            text = prompt.user + prompt.assistant_prefix
+        elif self._uses_template(prompt):
+            text = self.tokenizer.apply_chat_template(self._chat_messages(prompt), tokenize=False,
+                                                      add_generation_prompt=True, **self.chat_template_kwargs)
+            text += prompt.assistant_prefix
+        else:
+            user = f"{prompt.system}\n\n{prompt.user}" if prompt.system else prompt.user
+            text = self.plain_template.format(user=user, prefix=prompt.assistant_prefix)
+        _remember(self._rendered, prompt, text)
+        return text
+
+    def render_all(self, prompts: Sequence[Prompt]) -> list[str]:
+        """`render` of each prompt; the chat template applied to the prompts not rendered yet in one batched
+        call (the same text per prompt as one call each, without the per-call overhead). An engine that renders
+        its own way (overrides `render`) renders them one by one."""
+        if type(self).render is TokenizedBackend.render:
+            self._fresh_caches()
+            todo = list(dict.fromkeys(p for p in prompts if p not in self._rendered and self._uses_template(p)))
+            if len(todo) > 1:
+                texts = self.tokenizer.apply_chat_template([self._chat_messages(p) for p in todo], tokenize=False,
+                                                           add_generation_prompt=True, **self.chat_template_kwargs)
+                for p, text in zip(todo, texts, strict=True):
+                    _remember(self._rendered, p, text + p.assistant_prefix)
+        return [self.render(p) for p in prompts]
 
     def rendering(self) -> dict[str, Any]:
         """How `render` turns a chat prompt into text, for run records (summary.json, run_meta.json).
@@ -145,13 +205,26 @@ class TokenizedBackend(Backend):
     def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
         """Token counts of rendered prompts (as generation sees them) and of bare texts (e.g. answers)."""
         plen = [len(ids) for ids in self.encode_prompts(prompts)] if prompts else []
-        tlen = [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+        tlen = [len(ids) for ids in self._tokenize(list(texts), [False] * len(texts))] if texts else []
         return plen, tlen
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on."""
-        texts = [self.render(p) for p in prompts]
-        return self._tokenize(texts, [self._special_tokens_for(p) for p in prompts])
+        """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on.
+
+        Kept per rendered text (`CACHE_ENTRIES`): a run counts its prompts' tokens when it plans and encodes
+        them again to score or generate; the second time is a lookup."""
+        return self._prompt_tokens(self.render_all(prompts), [self._special_tokens_for(p) for p in prompts])
+
+    def _prompt_tokens(self, texts: Sequence[str], flags: Sequence[bool]) -> list[list[int]]:
+        """`_tokenize` through the prompt-ids cache."""
+        self._fresh_caches()
+        keys = [(t, bool(f)) for t, f in zip(texts, flags, strict=True)]
+        got = {k: self._prompt_ids[k] for k in keys if k in self._prompt_ids}  # before new entries push any out
+        todo = [k for k in dict.fromkeys(keys) if k not in got]
+        for k, ids in zip(todo, self._tokenize([t for t, _ in todo], [f for _, f in todo]), strict=True):
+            got[k] = array("I", ids)
+            _remember(self._prompt_ids, k, got[k])
+        return [list(got[k]) for k in keys]
 
     def _rust_tokenizer(self) -> Any:
         """The tokenizers-library object behind the fast tokenizer, when calling it directly gives exactly what
@@ -166,17 +239,21 @@ class TokenizedBackend(Backend):
         return bt
 
     def _tokenize(self, texts: Sequence[str], add_special: Sequence[bool]) -> list[list[int]]:
+        """Token ids of each text (`add_special`: per text, whether the tokenizer adds its special tokens, e.g. BOS):
+        one batched call per flag, to the tokenizers library (`encode_batch_fast` where it has it: the same ids
+        without the character offsets nothing here reads, a third less work) or else to the wrapper."""
         out: list[list[int]] = [[] for _ in texts]
         bt = self._rust_tokenizer()
+        encode = None if bt is None else getattr(bt, "encode_batch_fast", None) or bt.encode_batch
         for flag in sorted(set(add_special)):
             idxs = [i for i, f in enumerate(add_special) if f == flag]
             batch = [texts[i] for i in idxs]
-            if bt is not None:
-                enc = [e.ids for e in bt.encode_batch(batch, add_special_tokens=flag)]
+            if encode is not None:
+                for i, e in zip(idxs, encode(batch, add_special_tokens=flag), strict=True):
+                    out[i] = e.ids
             else:
-                enc = self.tokenizer(batch, add_special_tokens=flag)["input_ids"]
-            for i, ids in zip(idxs, enc, strict=True):
-                out[i] = list(ids)
+                for i, ids in zip(idxs, self.tokenizer(batch, add_special_tokens=flag)["input_ids"], strict=True):
+                    out[i] = list(ids)
         return out
 
     def _decode(self, seqs: Sequence[Sequence[int]]) -> list[str]:
@@ -216,9 +293,9 @@ class TokenizedBackend(Backend):
             if not r.continuation:
                 raise ValueError(f"score request {i}: empty continuation")
         flags = [self._special_tokens_for(r.prompt) for r in requests]
-        texts = [self.render(r.prompt) for r in requests]
-        prompt_ids = self._tokenize(texts, flags)
-        joint = self._tokenize([t + r.continuation for t, r in zip(texts, requests, strict=True)], flags)
+        texts = self.render_all([r.prompt for r in requests])
+        prompt_ids = self._prompt_tokens(texts, flags)
+        joint = self._joint_ids(texts, [r.continuation for r in requests], prompt_ids, flags)
         for i, p in enumerate(prompt_ids):
             if not p:
                 raise ValueError(f"score request {i}: nothing precedes the continuation (empty prompt, no BOS)")
@@ -253,6 +330,95 @@ class TokenizedBackend(Backend):
                             "scoring %s", i, requests[i].continuation, self.tokenizer.convert_ids_to_tokens(ids))
                 out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(ids), "unverified")
         return out  # type: ignore[return-value]
+
+    def _split_tokens(self) -> dict[int, str]:
+        """Added tokens at which the tokenizers library cuts every text into pieces it tokenises independently:
+        id -> content. The library extracts added tokens before normalising and pre-tokenising, so the text
+        after an occurrence of one tokenises the same whatever precedes it. Only tokens for which that holds
+        plainly: matched on the raw text (not `normalized`, or no normaliser), without `lstrip`/`rstrip`/
+        `single_word`, and overlapping no other added token (none contains it, none ends with a start of it or
+        starts with an end of it, so no match can run across it); none when special tokens are encoded as text
+        (`encode_special_tokens`) or the wrapper is not read through the library (`_rust_tokenizer`)."""
+        self._fresh_caches()
+        if self._splitters is not None:
+            return self._splitters
+        bt = self._rust_tokenizer()
+        found: dict[int, str] = {}
+        if bt is not None and not getattr(bt, "encode_special_tokens", False) and hasattr(bt, "get_added_tokens_decoder"):
+            added = bt.get_added_tokens_decoder()
+            contents = [t.content for t in added.values()]
+
+            def overlaps(a: str, b: str) -> bool:  # b contains a, or a match of b could run into a (either side)
+                return (a != b and a in b) or any(a.startswith(b[-k:]) or a.endswith(b[:k])
+                                                  for k in range(1, min(len(a), len(b))))
+
+            for tid, tok in added.items():
+                c = tok.content
+                if (not c or tok.lstrip or tok.rstrip or tok.single_word or (tok.normalized and bt.normalizer is not None)
+                        or any(overlaps(c, other) for other in contents if other != c)):
+                    continue
+                found[int(tid)] = c
+        self._splitters = found
+        return found
+
+    def _joint_ids(self, texts: Sequence[str], continuations: Sequence[str], prompt_ids: Sequence[list[int]],
+                   flags: Sequence[bool]) -> list[list[int]]:
+        """The tokenisation of each text + continuation, as `_tokenize` gives it, re-tokenising only the text
+        after the prompt's last splitting token (`_split_tokens`; a chat template puts one right before the
+        assistant turn): the prompt's ids up to it, then the ids of the rest + continuation (kept per text, so a
+        run's few distinct answer tails are tokenised once). Used where the prompt's ids end with that token
+        and the rest's own ids, i.e. where the cut is the library's own, and the special-token rule adds none
+        (post-processing, e.g. a BOS, applies to the whole text); the other texts are tokenised whole."""
+        split = self._split_tokens()
+        out: list[list[int] | None] = [None] * len(texts)
+        cuts: dict[int, tuple[int, str]] = {}  # i -> (prompt ids kept, text re-tokenised with the continuation)
+        if split:
+            for i, (text, ids, flag) in enumerate(zip(texts, prompt_ids, flags, strict=True)):
+                if flag:
+                    continue
+                j = len(ids) - 1
+                while j >= 0 and ids[j] not in split:
+                    j -= 1
+                if j < 0:
+                    continue
+                at = text.rfind(split[ids[j]])
+                if at >= 0:
+                    cuts[i] = (j + 1, text[at + len(split[ids[j]]):])
+        tails = self._pieces({tail for _, tail in cuts.values()})
+        cuts = {i: (k, tail) for i, (k, tail) in cuts.items() if list(tails[tail]) == prompt_ids[i][k:]}
+        joint = self._pieces({tail + continuations[i] for i, (_, tail) in cuts.items()})
+        self._spliced += len(cuts)
+        whole = []
+        for i in range(len(texts)):
+            if i in cuts:
+                k, tail = cuts[i]
+                out[i] = prompt_ids[i][:k] + list(joint[tail + continuations[i]])
+            else:
+                whole.append(i)
+        if whole:
+            for i, ids in zip(whole, self._tokenize([texts[i] + continuations[i] for i in whole],
+                                                    [flags[i] for i in whole]), strict=True):
+                out[i] = ids
+        return out  # type: ignore[return-value]
+
+    def _pieces(self, texts: set[str]) -> dict[str, array[int]]:
+        """Ids of texts tokenised without special tokens, through the tail cache (`_joint_ids`)."""
+        got = {t: self._piece_ids[t] for t in texts if t in self._piece_ids}
+        todo = [t for t in texts if t not in got]
+        for t, ids in zip(todo, self._tokenize(todo, [False] * len(todo)), strict=True):
+            got[t] = array("I", ids)
+            _remember(self._piece_ids, t, got[t])
+        return got
+
+    def tokens_of(self, ids: Sequence[int]) -> tuple[str, ...]:
+        """The tokens of `ids` as `convert_ids_to_tokens` names them (kept per id: a run asks for the same few)."""
+        out = []
+        for tid in ids:
+            t = self._token_str.get(tid)
+            if t is None:
+                t = self._token_str[tid] = self.tokenizer.convert_ids_to_tokens(int(tid))
+            out.append(t)
+        return tuple(out)
 
     def _accept(self, out: list[ScoringEncoding | None], method: str, cands: Sequence[list[int] | None],
                 prompt_ids: Sequence[list[int]], prompt_text: Sequence[str], requests: Sequence[ScoreRequest]) -> None:

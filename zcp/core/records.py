@@ -9,8 +9,9 @@ stopped, and both must read such a file back the same way. The rules, kept in on
 - `load` repairs the file before anything is appended to it: a torn last line, a last line without its newline
   (the next append would glue onto it) or records the caller drops (duplicated keys, a cut block) make it
   rewrite the file atomically (temporary file, fsync, rename);
-- `append` writes one batch with ONE write call, then flush and fsync: a kill loses at most the batch in
-  flight, and what it leaves of it is one torn last line;
+- `append` writes one batch with ONE write call, then flush and fsync (or, `sync_behind`, fsync in the
+  background while the caller goes on): a kill loses at most the batch in flight, and what it leaves of it is
+  one torn last line;
 - with a `key` function the store keeps the first record of each key (later duplicates, e.g. two writers before
   the run lock existed, are dropped by `load`) and answers keyed lookups.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,11 @@ Record = dict[str, Any]
 KeyFn = Callable[[Record], Hashable]
 
 
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(row, ensure_ascii=False), without a new encoder per row
+
+
 def _line(row: Record) -> str:
-    return json.dumps(row, ensure_ascii=False) + "\n"
+    return _encode(row) + "\n"
 
 
 class RecordStore:
@@ -45,16 +50,24 @@ class RecordStore:
     `path`: the records file (created on the first append). `key`: what identifies a record (a caller's
     function, e.g. a detection unit's (split, variant, original_id, draw)); without it the store holds every
     record as it is. `fsync`: sync every appended batch to disk (the default; a kill of the machine, not only
-    of the process, then keeps every finished batch).
+    of the process, then keeps every finished batch). `sync_behind`: sync each batch in a background thread
+    while the caller computes the next one (the next `append`, `rewrite` or `wait` waits for it first and raises
+    its error): a kill of the process still loses nothing appended (the bytes are the OS's once `append`
+    returns), a kill of the machine at most the last batch, and the disk's sync (milliseconds per batch) is off
+    the caller's critical path.
 
     The records read or written through the store are in `records` (file order), and with a `key` indexed
     (`get`, `in`, `keys`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], key: KeyFn | None = None, *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], key: KeyFn | None = None, *, fsync: bool = True,
+                 sync_behind: bool = False) -> None:
         self.path = Path(path)
         self.key = key
         self.fsync = fsync
+        self.sync_behind = sync_behind
+        self._syncing: threading.Thread | None = None
+        self._sync_error: BaseException | None = None
         self.records: list[Record] = []
         self._index: dict[Hashable, Record] = {}
         self.torn = 0  # torn last lines dropped by the last read (0 or 1)
@@ -145,20 +158,45 @@ class RecordStore:
             return
         text = "".join(_line(r) for r in rows)
         with naming_write_errors(self.path):
+            self.wait()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
-                if self.fsync:
+                if self.fsync and not self.sync_behind:
                     os.fsync(f.fileno())
+            if self.fsync and self.sync_behind:
+                self._syncing = threading.Thread(target=self._sync, name=f"fsync {self.path.name}", daemon=True)
+                self._syncing.start()
         for r in rows:
             self._add(r)
+
+    def wait(self) -> None:
+        """Wait for the background sync of the last batch (`sync_behind`), raising its error (naming the file)."""
+        thread, self._syncing = self._syncing, None
+        if thread is not None:
+            thread.join()
+        err, self._sync_error = self._sync_error, None
+        if err is not None:
+            with naming_write_errors(self.path):
+                raise err
+
+    def _sync(self) -> None:
+        try:  # fsync through any descriptor of the file syncs its data
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self._sync_error = e
 
     def rewrite(self, rows: Sequence[Record]) -> None:
         """Replace the file's content by `rows`, atomically (temporary file beside it, fsync, rename): a kill
         leaves either the old file or the new one, never a mix; `rows` become `records`."""
         tmp = self.path.with_suffix(".tmp")
         with naming_write_errors(self.path):
+            self.wait()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write("".join(_line(r) for r in rows))

@@ -355,8 +355,9 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         on_ready()
     # the records already on disk, repaired (`RecordStore.load`): a torn last line (killed writer) is dropped, a
     # last line without its newline gets one, duplicated units (two writers before the run lock existed) are
-    # kept once
-    store = RecordStore(out / RECORDS, key=_key)
+    # kept once. Each chunk's fsync runs while the next chunk is probed (`sync_behind`): a killed run still loses
+    # at most the chunk in flight
+    store = RecordStore(out / RECORDS, key=_key, sync_behind=True)
     existing = store.load()
     done = set(store.keys())
     todo = [(k, it) for k, it in units if k not in done]
@@ -392,6 +393,7 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         store.append(recs)
         if bar is not None:
             bar.update(len(chunk))
+    store.wait()
     if bar is not None:
         bar.close()
     wanted = set(keys)
