@@ -4,7 +4,9 @@ row, all logits, no log-softmax. The backend pads each row to a bucket of its ow
 only rows of one bucket (batch invariance), so this ratio includes that cost.
 
     .venv/bin/python scripts/bench_scoring.py [--n 500] [--model DIR] [--repeats 5]
-    .venv/bin/python scripts/bench_scoring.py --end-to-end [--n 2500] [--n-small 250]
+    .venv/bin/python scripts/bench_scoring.py --end-to-end [--n 5000] [--n-small 500]
+    .venv/bin/python scripts/bench_scoring.py --end-to-end --small-model --runs 3 --n 5000 --n-small 500 \
+        --json outputs/bench/scoring_e2e.json
 
 Targets: batched >= 3x the one-item loop, and >= 0.8x the raw forward. Default model: the shipped
 base model (zcp/assets/base_model) if present, else a tiny Llama built here.
@@ -12,16 +14,22 @@ base model (zcp/assets/base_model) if present, else a tiny Llama built here.
 --end-to-end times whole `evaluate/run_detect.py` runs (p_first/p_all; a subprocess each, so imports,
 data loading, tokenisation, record writing and the statistics all count) on n and n_small scored units
 (items + one reference row each), and reports the marginal rate (n - n_small) / (T_n - T_small) next to
-the raw batched forward of the same n units' token ids, measured in the same process run.
+the raw batched forward of the same n units' token ids, measured in the same process run. Their gap, per
+unit, is the run's host work on the critical path (`host_ms_per_unit`). `--small-model` adds a 2-layer x
+96-hidden Llama built here (the shipped tokenizer, random weights, saved to a temp dir; forward ~0.25 ms per
+unit on 2 CPU threads, where host work dominates); `--runs` repeats both models in one invocation, interleaved,
+and reports every run and the median ratio (targets: >= 0.8x small, >= 0.9x shipped); `--json` writes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,17 +37,21 @@ from zcp.backends.base import ScoreRequest
 from zcp.backends.hf import HFBackend
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
+# issue 21's done-when: end-to-end run_detect / raw batched forward, median of three runs in one invocation
+E2E_TARGETS = {"small": 0.8, "shipped": 0.9}
+
 
 def _items(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """n distinct word problems (a benchmark holds each question once) with their answers."""
     rng = random.Random(seed)
-    out = []
-    for _ in range(n):
+    out: dict[str, str] = {}
+    while len(out) < n:
         a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 9)
         q = f"Mia has {a} stickers. She buys {c} packs of {b} stickers each. How many stickers does she have now?"
         if rng.random() < 0.5:
             q += " Then she gives away half of what she bought, rounded down."
-        out.append((q, str(a + b * c)))
-    return out
+        out.setdefault(q, str(a + b * c))
+    return list(out.items())
 
 
 def _backend(model_dir: str | None) -> HFBackend:
@@ -93,65 +105,211 @@ def _write_benchmark(root: Path, n_units: int) -> None:
                                     for i, (q, a) in enumerate(pairs[half : 2 * half])])
 
 
-def _run_detect(root: Path, model: str, *extra: str) -> float:
-    import os
+def _run_detect(root: Path, model: str, *extra: str, profile: str | None = None,
+                tree: Path | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole `evaluate/run_detect.py` subprocess on `root`'s benchmark (under cProfile,
+    written to `profile`, when given); CPU = the child's user + system time, all its threads. `tree`: run the
+    run_detect of that source tree (its evaluate/ and zcp/, e.g. an export of an older commit) instead of this
+    one's."""
+    import resource
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(repo / "evaluate" / "run_detect.py"), f"model.path={model}",
+    repo = tree or Path(__file__).resolve().parents[1]
+    env = {**os.environ, "WANDB_MODE": "disabled", **({"PYTHONPATH": str(tree)} if tree else {})}
+    prof = ["-m", "cProfile", "-o", profile] if profile else []
+    cmd = [sys.executable, *prof, str(repo / "evaluate" / "run_detect.py"), f"model.path={model}",
            f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}", "logger=none",
            f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false", *extra]
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, cwd=repo, env={**os.environ, "WANDB_MODE": "disabled"})
-    return time.perf_counter() - t
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    t, c = time.perf_counter(), cpu()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=repo, env=env)
+    return time.perf_counter() - t, cpu() - c
 
 
-def end_to_end(args: argparse.Namespace) -> None:
-    """Marginal items/s of whole run_detect runs vs the raw batched forward (see the module docstring)."""
+def small_model(out_dir: Path, layers: int = 2, hidden: int = 96) -> Path:
+    """A randomly initialised Llama of `layers` x `hidden` with the shipped model's tokenizer, saved to `out_dir`
+    (safetensors + tokenizer) so that run_detect subprocesses load it like any model folder; nothing downloaded.
+
+    Its batched forward costs ~0.25 ms per scored unit on 2 CPU threads: the regime of a GPU serving small and
+    mid-size models, where the host work of a run (tokenisation, records, statistics) is what limits it."""
+    from transformers import AutoTokenizer
+
+    from zcp.config import asset_path
+    from zcp.core.testing import tiny_llama
+
+    tok = AutoTokenizer.from_pretrained(asset_path("base_model"))
+    model = tiny_llama(tok, hidden=hidden, layers=layers, heads=4, max_positions=256)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def _e2e_once(model: str, sizes: dict[int, Path], raw: Callable[[], None], repeats: int,
+              extra: Sequence[str], tree: Path | None = None, best_of: int = 1) -> dict[str, float]:
+    """One run of one model: whole run_detect at both sizes (fresh run dirs; the best of `best_of` each, the
+    sizes alternating), the raw forward of the large size's ids timed before and after each of them in this
+    process (best of `repeats` spread over those points, so a busy spell of a shared machine does not fall on
+    one side only). Wall figures (the target's) and CPU figures (user + system, all threads: less sensitive
+    to other processes on the machine)."""
     import shutil
+
+    raws: list[tuple[float, float]] = []
+
+    def time_raw() -> None:
+        for _ in range(max(1, repeats // (2 * best_of + 1))):
+            w, c = time.perf_counter(), time.process_time()
+            raw()
+            raws.append((time.perf_counter() - w, time.process_time() - c))
+
+    runs: dict[int, tuple[float, float]] = {}
+    for _ in range(best_of):
+        for n, root in sorted(sizes.items()):
+            time_raw()
+            shutil.rmtree(root / "out", ignore_errors=True)  # a fresh run each time (a rerun would resume)
+            w, c = _run_detect(root, model, *extra, tree=tree)
+            runs[n] = (min(w, runs[n][0]), min(c, runs[n][1])) if n in runs else (w, c)
+    time_raw()
+    n_small, n = min(sizes), max(sizes)
+    raw_wall, raw_cpu = min(w for w, _ in raws), min(c for _, c in raws)
+    marginal = (n - n_small) / (runs[n][0] - runs[n_small][0])
+    marginal_cpu = (n - n_small) / (runs[n][1] - runs[n_small][1])
+    raw_ups, raw_cpu_ups = n / raw_wall, n / raw_cpu
+    return {"wall_small_s": runs[n_small][0], "wall_s": runs[n][0], "cpu_small_s": runs[n_small][1],
+            "cpu_s": runs[n][1], "marginal_units_per_s": marginal, "raw_units_per_s": raw_ups,
+            "ratio": marginal / raw_ups, "host_ms_per_unit": 1e3 * (1 / marginal - 1 / raw_ups),
+            "raw_ms_per_unit": 1e3 / raw_ups, "ratio_cpu": marginal_cpu / raw_cpu_ups,
+            "host_cpu_ms_per_unit": 1e3 * (1 / marginal_cpu - 1 / raw_cpu_ups), "raw_cpu_ms_per_unit": 1e3 / raw_cpu_ups}
+
+
+def _profile(model: str, root: Path, path: str, extra: Sequence[str], top: int = 20,
+             tree: Path | None = None) -> dict[str, Any]:
+    """One more run_detect of `root`'s benchmark under cProfile (stats written to `path`); prints and returns the
+    `top` entries by own time and zcp's functions by cumulative time, with the wall and the model's forward."""
+    import pstats
+    import shutil
+
+    shutil.rmtree(root / "out", ignore_errors=True)
+    wall = _run_detect(root, model, *extra, profile=path, tree=tree)[0]
+    st = pstats.Stats(path)
+    rows = [(fn, *v[:4]) for fn, v in st.stats.items()]  # type: ignore[attr-defined]
+    forward = max((r[4] for r in rows if r[0][2] == "forward" and "modeling_llama" in r[0][0]), default=0.0)
+    print(f"profile of one run_detect at {root.name} units, {tree or 'this tree'} ({wall:.1f} s wall under cProfile; "
+          f"the model's forward {forward:.2f} s cumulative)")
+
+    def listed(picked: list, key: int, what: str) -> list[dict[str, Any]]:
+        print(f"  top {top} by {what}:")
+        out = []
+        for (file, line, fn), _, calls, own, cum in sorted(picked, key=lambda r: -r[key])[:top]:
+            where = f"{Path(file).name}:{line}({fn})"
+            print(f"    {own:7.3f} s own {cum:7.3f} s cum {calls:9d} calls  {where}")
+            out.append({"function": where, "own_s": round(own, 4), "cum_s": round(cum, 4), "calls": calls})
+        return out
+
+    return {"wall_s": wall, "forward_cum_s": forward, "by_own_time": listed(rows, 3, "own time"),
+            "zcp_by_cumulative_time": listed([r for r in rows if "/zcp/" in r[0][0]], 4, "cumulative time (zcp)")}
+
+
+def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
+    """Marginal units/s of whole run_detect runs vs the raw batched forward (see the module docstring), for the
+    shipped model (or --model) and, with --small-model, a 2 x 96 Llama built here; `--runs` runs of each in this
+    invocation, interleaved (a noisy spell slows both models alike), the median ratio reported. With
+    `--baseline-tree DIR` each run also times DIR's run_detect (another version of the code, e.g. `git archive`
+    of the commit before a change) right after this tree's, against the same raw forward: before/after figures
+    of one invocation."""
+    import json
+    import statistics
     import tempfile
 
     from zcp.config import asset_path
 
-    model = args.model or asset_path("base_model")
-    backend = _backend(model)
-    walls = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (args.n_small, args.n):
-            root = Path(tmp) / str(n)
-            root.mkdir()
-            _write_benchmark(root, n)
-            runs = []
-            for _ in range(args.e2e_repeats):
-                shutil.rmtree(root / "out", ignore_errors=True)  # a fresh run each time (a rerun would resume)
-                runs.append(_run_detect(root, model, *args.detect_args))
-            walls[n] = min(runs)
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
     qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
     reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
-    raw = _raw_forward(backend, reqs)[0]
-
-    raw_t = _time(raw, args.repeats)
-    marginal = (args.n - args.n_small) / (walls[args.n] - walls[args.n_small])
-    raw_ips = args.n / raw_t
-    print(f"model: {Path(model).name}, torch threads = {torch.get_num_threads()}, units = items + 1 reference row each")
-    print(f"  run_detect wall: {walls[args.n_small]:.1f} s for {args.n_small} units, {walls[args.n]:.1f} s for {args.n}")
-    print(f"  end-to-end marginal rate {marginal:9.1f} units/s")
-    print(f"  raw batched forward      {raw_ips:9.1f} units/s")
-    print(f"  end to end / raw forward = {marginal / raw_ips:.2f}x   (target >= 0.8x)")
+    report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small}, "runs": args.runs,
+                              "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "overrides": list(args.detect_args),
+                              "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {"shipped" if not args.model else Path(args.model).name: args.model or asset_path("base_model")}
+        if args.small_model:
+            models["small"] = str(small_model(Path(tmp) / "small_model"))
+        sizes = {}
+        for n in (args.n_small, args.n):
+            sizes[n] = Path(tmp) / str(n)
+            sizes[n].mkdir()
+            _write_benchmark(sizes[n], n)
+        raws = {name: _raw_forward(_backend(path), reqs)[0] for name, path in models.items()}
+        for warm in raws.values():
+            warm()
+        trees: dict[str, Path | None] = {"": None}
+        if args.baseline_tree:
+            trees["@baseline"] = Path(args.baseline_tree).resolve()
+        runs: dict[str, list[dict[str, float]]] = {name + t: [] for name in models for t in trees}
+        for r in range(args.runs):
+            for name, path in models.items():
+                for t, tree in trees.items():
+                    fig = _e2e_once(path, sizes, raws[name], args.repeats, args.detect_args, tree, args.best_of)
+                    runs[name + t].append(fig)
+                    print(f"  run {r + 1} {name + t:17s} run_detect {fig['wall_small_s']:5.1f} s / {fig['wall_s']:5.1f} "
+                          f"s, marginal {fig['marginal_units_per_s']:8.1f} units/s, raw {fig['raw_units_per_s']:8.1f} "
+                          f"units/s, ratio {fig['ratio']:.2f}x, host {fig['host_ms_per_unit']:.3f} ms/unit; CPU "
+                          f"time: ratio {fig['ratio_cpu']:.2f}x, host {fig['host_cpu_ms_per_unit']:.3f} ms/unit",
+                          flush=True)
+        profiled = {}
+        if args.profile:  # each tree's run_detect, the small model when built, at n units
+            for t, tree in trees.items():
+                profiled[t or "this"] = _profile(models.get("small", next(iter(models.values()))), sizes[args.n],
+                                                 args.profile + t, args.detect_args, tree=tree)
+    print(f"median of {args.runs} runs (units = items + 1 reference row each; torch threads = "
+          f"{torch.get_num_threads()}):")
+    for name, figs in runs.items():
+        med = {k: statistics.median(f[k] for f in figs) for k in figs[0]}
+        model = name.split("@")[0]
+        target = E2E_TARGETS.get(model)
+        report["models"][name] = {"path": models[model] if model != "small" else "built (2 layers x 96 hidden)",
+                                  "tree": str(trees["@baseline"]) if name.endswith("@baseline") else "this",
+                                  "runs": figs, "median": med, "target": target}
+        each = ", ".join(f"{f['ratio']:.2f}" for f in figs)
+        print(f"  {name:17s} end to end / raw forward = {med['ratio']:.2f}x (runs: {each})"
+              + (f", target >= {target}x" if target else "")
+              + f"; raw {med['raw_ms_per_unit']:.3f} ms/unit, host {med['host_ms_per_unit']:.3f} ms/unit; "
+              f"CPU time: ratio {med['ratio_cpu']:.2f}x, host {med['host_cpu_ms_per_unit']:.3f} ms/unit")
+    if args.profile:
+        report["profile"] = profiled
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return report
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--n", type=int, default=None, help="units (default 500; --end-to-end: 5000)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--end-to-end", action="store_true", help="time whole evaluate/run_detect.py runs")
-    ap.add_argument("--n-small", type=int, default=250, help="--end-to-end: units of the small run")
-    ap.add_argument("--e2e-repeats", type=int, default=1, help="--end-to-end: runs per size (best is kept)")
+    ap.add_argument("--n-small", type=int, default=500, help="--end-to-end: units of the small run")
+    ap.add_argument("--best-of", "--e2e-repeats", dest="best_of", type=int, default=1, help="--end-to-end: run_detect runs per size within a run "
+                                                         "(the fastest kept: a shared machine's busy spells)")
+    ap.add_argument("--runs", type=int, default=1, help="--end-to-end: runs of each model (all printed, median used)")
+    ap.add_argument("--small-model", action="store_true",
+                    help="--end-to-end: also a 2 x 96 Llama built here (forward ~0.25 ms per unit)")
+    ap.add_argument("--json", default=None, help="--end-to-end: write the figures here (e.g. "
+                                                 "outputs/bench/scoring_e2e.json)")
     ap.add_argument("detect_args", nargs="*", help="--end-to-end: extra run_detect overrides, e.g. run.chunk_size=256")
+    ap.add_argument("--baseline-tree", default=None, help="--end-to-end: also time the run_detect of this source "
+                                                          "tree (e.g. `git archive` of an older commit), interleaved")
+    ap.add_argument("--profile", default=None, help="--end-to-end: cProfile one more run_detect (the small model "
+                                                    "when built) at --n units, stats to this file")
     args = ap.parse_args()
+    if args.n is None:
+        args.n = 5000 if args.end_to_end else 500
     if args.end_to_end:
         end_to_end(args)
         return

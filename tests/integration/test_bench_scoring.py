@@ -1,0 +1,73 @@
+"""scripts/bench_scoring.py --end-to-end: the small model it builds, its benchmark, and the figures it derives
+(marginal rate of whole run_detect runs against the raw forward), without timing anything real."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_scoring", REPO / "scripts" / "bench_scoring.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_scoring"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bs = _load()
+
+
+def test_items_are_distinct_questions():
+    items = bs._items(3000)
+    assert len(items) == 3000 == len({q for q, _ in items})
+
+
+def test_small_model_is_a_2x96_llama_with_the_shipped_tokenizer_that_loads_and_scores(tmp_path):
+    from transformers import AutoTokenizer
+
+    from zcp.backends.base import Prompt, ScoreRequest
+    from zcp.backends.hf import HFBackend
+    from zcp.config import asset_path
+
+    path = bs.small_model(tmp_path / "small")
+    backend = HFBackend.from_pretrained(path, device="cpu")
+    cfg = backend.model.config
+    assert (cfg.num_hidden_layers, cfg.hidden_size) == (2, 96)
+    assert backend.tokenizer.get_vocab() == AutoTokenizer.from_pretrained(asset_path("base_model")).get_vocab()
+    (res,) = backend.score([ScoreRequest(Prompt("Mia has 3 stickers.", "The final answer is: \\[ \\boxed{"), "3}")])
+    assert res.n_tokens >= 2 and all(math.isfinite(x) and x < 0 for x in res.token_logprobs)
+
+
+def test_e2e_figures_are_the_marginal_rate_against_the_best_raw_forward(tmp_path, monkeypatch):
+    walls = iter([(10.0, 18.0), (30.0, 58.0), (9.0, 17.0), (31.0, 60.0)])  # (wall, cpu): small, large, small, large
+    monkeypatch.setattr(bs, "_run_detect", lambda root, model, *extra, tree=None: next(walls))
+    raw_calls = []
+    clock = {"t": 0.0}
+
+    def fake_perf_counter():
+        return clock["t"]
+
+    def raw():  # 2 s of wall, 3.5 s of CPU, 4 s wall on the second call
+        raw_calls.append(1)
+        clock["t"] += 2.0 if len(raw_calls) != 2 else 4.0
+
+    monkeypatch.setattr(bs.time, "perf_counter", fake_perf_counter)
+    monkeypatch.setattr(bs.time, "process_time", lambda: clock["t"] * 1.75)
+    sizes = {500: tmp_path / "500", 5000: tmp_path / "5000"}
+    for p in sizes.values():
+        p.mkdir()
+    fig = bs._e2e_once("m", sizes, raw, repeats=5, extra=(), best_of=2)
+    assert len(raw_calls) == 5  # before each of the 4 runs and after the last
+    assert (fig["wall_small_s"], fig["wall_s"]) == (9.0, 30.0)  # the best of two, per size
+    assert fig["marginal_units_per_s"] == pytest.approx(4500 / 21.0)
+    assert fig["raw_units_per_s"] == pytest.approx(5000 / 2.0)  # the fastest raw forward
+    assert fig["ratio"] == pytest.approx((4500 / 21.0) / 2500)
+    assert fig["host_ms_per_unit"] == pytest.approx(1e3 * (21.0 / 4500 - 2.0 / 5000))
+    assert fig["ratio_cpu"] == pytest.approx((4500 / (58.0 - 17.0)) / (5000 / 3.5))
