@@ -141,3 +141,16 @@ def test_caches_follow_a_changed_chat_template_and_stay_bounded():
     for k in range(10):
         _remember(cache, k, k, limit=4)
     assert list(cache) == [6, 7, 8, 9]
+
+
+def test_a_tokenizer_json_with_padding_is_still_read_through_the_library():
+    """The shipped tokenizer.json pads (left, to the longest); the wrapper drops that on each call without padding,
+    so the backend primes it once and then tokenises through the library, with the wrapper's ids."""
+    tok = train_tokenizer(TEXTS, vocab_size=400)
+    tok.backend_tokenizer.enable_padding(direction="left", pad_id=0, pad_token="<pad>")
+    tok.backend_tokenizer.enable_truncation(max_length=8)
+    b = HFBackend(tiny_llama(tok, hidden=16, layers=1, heads=2), tok)
+    assert b._rust_tokenizer() is tok.backend_tokenizer
+    texts = TEXTS[:5] + CONTINUATIONS
+    assert b._tokenize(texts, [False] * len(texts)) == tok(texts, add_special_tokens=False)["input_ids"]
+    assert max(len(ids) for ids in b._tokenize(texts, [False] * len(texts))) > 8  # not truncated, not padded

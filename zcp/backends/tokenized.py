@@ -230,8 +230,16 @@ class TokenizedBackend(Backend):
         """The tokenizers-library object behind the fast tokenizer, when calling it directly gives exactly what
         the transformers wrapper gives (no truncation or padding configured on it, special tokens matched as
         the wrapper matches them); else None. The wrapper's per-call conversions cost about as much as the
-        tokenisation itself, which a detection run does several times per item."""
+        tokenisation itself, which a detection run does several times per item.
+
+        A tokenizer.json may carry padding or truncation settings (the shipped model's pads); the wrapper drops
+        them from the library on every call made without padding or truncation, as all of zcp's are, so one such
+        call on an empty text (once per tokenizer) leaves the library as every wrapper call would leave it."""
         bt = getattr(self.tokenizer, "backend_tokenizer", None)
+        if bt is not None and (bt.truncation is not None or bt.padding is not None) and \
+                getattr(self, "_primed", None) is not self.tokenizer:
+            self._primed = self.tokenizer
+            self.tokenizer("", add_special_tokens=False)
         if bt is None or bt.truncation is not None or bt.padding is not None:
             return None
         if bool(getattr(bt, "encode_special_tokens", False)) != bool(getattr(self.tokenizer, "split_special_tokens", False)):
