@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from hydra.core.config_store import ConfigStore
 
@@ -676,8 +676,10 @@ class TrainConfig:
     """The `train` profile (conf/train/*.yaml): the training stages in order, LoRA, GRPO rewards, TRL SFTConfig /
     GRPOConfig fields, and the settings of stages registered at run time (`train.<name>`)."""
 
-    # training stages, in order (zcp.simulate.training_stages): each trains a LoRA on the model so far
+    # training stages, in order (zcp.simulate.training_stages): each trains on the model so far
     stages: list[str] = field(default_factory=lambda: list(BUILTIN_TRAINING_STAGES))
+    # lora: each stage trains a LoRA (train.lora), merged later; full: all weights, each stage saves a full model
+    finetune: Literal["lora", "full"] = "lora"
     torch_threads: int | None = None
     eval_max_new_tokens: int = 160
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -695,8 +697,7 @@ class TrainConfig:
         settings = TRAINING_STAGE_SETTINGS.get(name) if not name.startswith("_") else None
         if settings is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = self.__dict__[name] = build(settings, {}, f"train.{name}")
-        return value
+        return self.__dict__.setdefault(name, build(settings, {}, f"train.{name}"))
 
     def stage_settings(self, name: str) -> Any:
         """The settings of training stage `name`: its `train.<name>` dataclass, or None for a stage without one

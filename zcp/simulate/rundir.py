@@ -30,7 +30,8 @@ _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
                  "paraphrases_variant": None, "paraphrases_pair_by": None, "sham_items": None},
     "split": {"c_path": None, "u_path": None},
     "benchmark": {"variant": None, "on_duplicate": "error"},
-    "train": {"stages": ["sft", "grpo"]},  # the order every run had before train.stages existed
+    "train": {"stages": ["sft", "grpo"],  # the order every run had before train.stages existed
+              "finetune": "lora"},  # LoRA stages: every run before train.finetune existed
 }
 # The `model` keys that decide what is trained (the rest - backend, vllm, api, batch sizes, probe settings -
 # only serve detection and inference, and grow as backends do): only these enter the fingerprint.

@@ -1,4 +1,10 @@
-"""LoRA supervised fine-tuning through TRL's `SFTTrainer` + PEFT, resumable, with completion-only loss.
+"""Supervised fine-tuning through TRL's `SFTTrainer`, resumable, with completion-only loss: a LoRA through PEFT
+(`train.finetune=lora`, the default) or all weights (`train.finetune=full`).
+
+Under full fine-tuning a stage's folder (``sft_adapter/``, ``grpo_adapter/``: the names stay, so the pipeline's
+stage bookkeeping and resume are one code path) holds a full transformers model (config.json + model.safetensors)
+instead of an adapter; `adapter_done` accepts either and `zcp.simulate.grpo.merge_adapter` loads a full model in
+place of merging, so the merge stage, Table 6 and detection read the same ``model/`` as under LoRA.
 
 The dataset is conversational prompt/completion (prompt = [user], completion = [assistant]); TRL renders
 the model's chat template and masks the loss to the completion tokens. `SFTConfig` is the schema of the
@@ -18,6 +24,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ADAPTER_FILE = "adapter_model.safetensors"
+FINETUNE_MODES = ("lora", "full")  # train.finetune
 
 # Trainer settings this module decides itself; a config that sets them is overridden (and told so).
 _MANAGED = ("output_dir", "seed", "data_seed", "report_to", "completion_only_loss", "assistant_only_loss")
@@ -198,10 +205,11 @@ def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
 
 
 def save_adapter_atomic(model: Any, dest: str | os.PathLike[str], state_dict: Mapping[str, Any] | None = None) -> Path:
-    """Save a PEFT adapter to `dest` through a temporary folder, so a half-written adapter never counts as done.
+    """Save a PEFT adapter (or, under full fine-tuning, the whole model) to `dest` through a temporary folder, so a
+    half-written one never counts as done.
 
     `state_dict`: the weights to save instead of the model's own (the gathered ones under ZeRO-3,
-    `gathered_state_dict`); PEFT keeps the adapter's entries of it."""
+    `gathered_state_dict`); PEFT keeps the adapter's entries of it, a full model saves them all."""
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -218,7 +226,8 @@ def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
     holds a shard of every parameter, so `model.save_pretrained` on rank 0 alone would write its empty shards: the
     trainable weights are gathered into 16-bit copies (what `Trainer.save_model` does for a PEFT model; needs
     stage3_gather_16bit_weights_on_model_save, set in launch/deepspeed/zero3.json). The gather is a collective:
-    call this on every rank (rank 0 gets the weights)."""
+    call this on every rank (rank 0 gets the weights). Under full fine-tuning every weight is trainable, so
+    `exclude_frozen_parameters` leaves none out: the whole model is gathered."""
     if not getattr(trainer, "is_deepspeed_enabled", False):
         return None
     engine = trainer.deepspeed
@@ -227,19 +236,38 @@ def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
     return engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
 
 
-def adapter_done(path: str | os.PathLike[str]) -> bool:
-    """True when a finished adapter (weights + config) is on disk."""
+def is_full_model(path: str | os.PathLike[str]) -> bool:
+    """True when `path` holds a full saved model (config.json + safetensors weights, one file or sharded) and no
+    adapter: what a stage saves under `train.finetune=full`."""
     p = Path(path)
-    return (p / ADAPTER_FILE).is_file() and (p / "adapter_config.json").is_file()
+    weights = (p / "model.safetensors").is_file() or (p / "model.safetensors.index.json").is_file()
+    return weights and (p / "config.json").is_file() and not (p / "adapter_config.json").exists()
+
+
+def adapter_done(path: str | os.PathLike[str]) -> bool:
+    """True when a stage's finished output is on disk: an adapter (weights + config), or under full fine-tuning a
+    full model (`is_full_model`). Both are written through a temporary folder, so a half-written one never counts."""
+    p = Path(path)
+    return ((p / ADAPTER_FILE).is_file() and (p / "adapter_config.json").is_file()) or is_full_model(p)
+
+
+def peft_config_for(finetune: str, lora: Mapping[str, Any]) -> Any:
+    """The `peft_config` a TRL trainer gets: a LoRA (`lora_config(**lora)`) under `finetune="lora"`, None (every
+    weight trains) under "full"; ValueError for another mode."""
+    if finetune not in FINETUNE_MODES:
+        raise ValueError(f"finetune={finetune!r}: must be one of {list(FINETUNE_MODES)}")
+    return lora_config(**lora) if finetune == "lora" else None
 
 
 def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output_dir: str | os.PathLike[str],
             adapter_dir: str | os.PathLike[str], lora: Mapping[str, Any], settings: Mapping[str, Any], seed: int,
-            report_to: str = "none", cpu: bool = True, callbacks: list[Any] | None = None) -> Any:
+            report_to: str = "none", cpu: bool = True, callbacks: list[Any] | None = None,
+            finetune: str = "lora") -> Any:
     """Train a fresh LoRA adapter on `records` and save it to `adapter_dir`; returns the PEFT model.
 
     Resumes from the newest checkpoint in `output_dir` when one exists. The base weights stay frozen
-    (only LoRA matrices train), which `tests/simulate/test_training.py` checks.
+    (only LoRA matrices train), which `tests/simulate/test_training.py` checks. `finetune="full"`: every weight
+    of `model` trains (no PEFT; `lora` is unused) and `adapter_dir` gets the full model (`is_full_model`).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -250,7 +278,10 @@ def run_sft(model: Any, tokenizer: Any, records: list[dict[str, Any]], *, output
     args = trainer_args(SFTConfig, settings, output_dir=output_dir, seed=seed, report_to=report_to, cpu=cpu,
                         completion_only_loss=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
-                         peft_config=lora_config(**lora), callbacks=callbacks)
+                         peft_config=peft_config_for(finetune, lora), callbacks=callbacks)
+    from zcp.simulate.suppress import mask_prefills
+
+    mask_prefills(trainer, tokenizer, records)  # exposure.suppress: loss off the probe's pre-fills (else a no-op)
     return train_and_save(trainer, output_dir, adapter_dir, "SFT")
 
 

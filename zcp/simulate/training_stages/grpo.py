@@ -55,7 +55,8 @@ def train(run: StageRun) -> Path:
     funcs = reward_funcs(names, str(run.config.exposure.answer_format))
     report_to = run.report_to
     grpo.run_grpo(run.model(), run.tokenizer, run.rows(), output_dir=run.output_dir, adapter_dir=run.adapter_dir,
-                  lora=lora, settings=settings, seed=run.seed, report_to=report_to, cpu=run.cpu, reward_funcs=funcs)
+                  lora=lora, settings=settings, seed=run.seed, report_to=report_to, cpu=run.cpu, reward_funcs=funcs,
+                  finetune=run.config.train.finetune)
     return run.adapter_dir
 
 

@@ -43,7 +43,8 @@ def train(run: StageRun) -> Path:
     sft.check_schedule(sft.lr_schedule(SFTConfig, settings, len(records), stage="SFT", processes=processes()), SFT_FIX)
     report_to = run.report_to
     sft.run_sft(run.model(), run.tokenizer, records, output_dir=run.output_dir, adapter_dir=run.adapter_dir,
-                lora=run.lora, settings=settings, seed=run.seed, report_to=report_to, cpu=run.cpu)
+                lora=run.lora, settings=settings, seed=run.seed, report_to=report_to, cpu=run.cpu,
+                finetune=run.config.train.finetune)
     return run.adapter_dir
 
 
