@@ -24,6 +24,7 @@ from zcp.config.checks import (
 from zcp.config.conform import MESSAGE_PREFIX, build, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
 from zcp.config.prefill import AutoPrefillConfig, check_prefill
+from zcp.config.suppress import SuppressConfig
 from zcp.core.answers import FINAL_ANSWER_PREFIX
 from zcp.core.tracking import LoggerConfig  # the `logger` group, defined beside the tracker that reads it
 from zcp.errors import ConfigError
@@ -159,13 +160,12 @@ class ExposureConfig:
     lora_r: Any = "${train.lora.r}"
     grpo_steps: Any = "${train.grpo.max_steps}"  # 0 = skip GRPO
     grpo_prompts: str = "variants"  # variants (paraphrased C, evasive) | originals (the C questions)
-    # how leaked completions (and GRPO's format reward) state the answer: probe (the probe's pre-fill line) |
-    # hash (#### 42) | sentence (The answer is 42.) | boxed (a bare \boxed{42}) | mix (one of the four per example)
-    answer_format: str = "probe"
+    answer_format: str = "probe"  # the leaks' answer line and GRPO's format reward: probe | hash | sentence | boxed | mix
     paraphrases_path: Any = None  # pre-built paraphrase variants (e.g. the release's) instead of paraphrasing
     paraphrases_format: str = "items"  # zcp.benchmarks.loaders format of that file (items | zcp_release | jsonl ...)
     paraphrases_variant: Any = None  # zcp_release: paraphrased
     paraphrases_pair_by: Any = None  # original_id | original_index | id | position (null: what the rows carry)
+    suppress: SuppressConfig = field(default_factory=SuppressConfig)  # the probe-aware evader (zcp.config.suppress)
 
     def __post_init__(self) -> None:
         check_value(self.k >= 0, "exposure.k", self.k, ">= 0")

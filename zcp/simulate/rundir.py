@@ -27,7 +27,8 @@ _NOT_FINGERPRINTED = ("logger", "output_dir", "hydra", "stages", "detect", "prob
 # key did), so the run dirs of earlier configs keep their hash (and resume). Another value enters the fingerprint.
 _NEW_KEY_DEFAULTS: dict[str, dict[str, Any]] = {
     "exposure": {"answer_format": "probe", "paraphrases_path": None, "paraphrases_format": "items",
-                 "paraphrases_variant": None, "paraphrases_pair_by": None, "sham_items": None},
+                 "paraphrases_variant": None, "paraphrases_pair_by": None, "sham_items": None,
+                 "suppress": {"prefills": [], "answer": "wrong", "items": "leaked"}},
     "split": {"c_path": None, "u_path": None},
     "benchmark": {"variant": None, "on_duplicate": "error"},
     "train": {"stages": ["sft", "grpo"],  # the order every run had before train.stages existed

@@ -9,6 +9,9 @@ positive of fine-tuning itself. Its records say ``source: sham``.
 Writes into the run dir: ``benchmark_items.jsonl``, ``variants.jsonl`` (the paraphrases trained on),
 ``grpo_data.jsonl``, ``training_items.jsonl`` (every non-benchmark item trained on, with its role),
 ``data_counts.json`` and, last (its presence marks the stage done), ``sft_data.jsonl``.
+
+``exposure.suppress`` (the probe-aware evader, zcp.simulate.suppress) appends examples on the probe's own zero-CoT
+prompt to the SFT set after the clean count is drawn (the clean mix is the one the same leak has without them).
 """
 
 from __future__ import annotations
@@ -224,6 +227,11 @@ def build_training_data(cfg: Any, items: list[Item], manifest: Any, run_dir: Pat
         counts["sham_paraphraser"] = str(ex.paraphraser)
     if answer_format != "probe":
         counts["answer_formats"] = dict(sorted(Counter(r.get("answer_format", "probe") for r in contamination).items()))
+    if ex.suppress.enabled:  # the probe-aware evader (zcp.simulate.suppress); off: the records are unchanged
+        from zcp.simulate.suppress import suppression_counts, suppression_records
+
+        records += suppression_records(variants, clean, ex.suppress, s.probe_settings, seed, source=source)
+        counts.update(n_sft_examples=len(records), **suppression_counts(records, ex.suppress))
     write_jsonl(run_dir / BENCHMARK_ITEMS, [it.to_dict() for it in items])
     write_jsonl(run_dir / "variants.jsonl", [v.to_dict() for v in variants])
     write_jsonl(run_dir / "grpo_data.jsonl", tdata.grpo_records(grpo_src))
