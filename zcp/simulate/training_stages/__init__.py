@@ -7,6 +7,8 @@ stage trains on top of it and the merge stage folds them all into ``model/``. Th
 (`zcp.simulate.training_stages.grpo`: GRPO on ``grpo_data.jsonl``); `train.stages` (default ``[sft, grpo]``)
 gives the order. The pipeline (`zcp.simulate.contaminate`) makes one resumable `zcp.simulate.stages.Stage` of
 each: done when its adapter is on disk, skipped when its `enabled` says no (GRPO at ``exposure.grpo_steps=0``).
+Under ``train.finetune=full`` the built-in stages train every weight instead and save a full model in the same
+folder (`zcp.simulate.sft.is_full_model`), which the next stage and the merge stage load in place of merging.
 
 Adding one is one module and one config::
 

@@ -1,0 +1,136 @@
+"""The CoT-only exposure ladder's report (issue 20, `experiment=paper_recipe_ladder`): one row per rung, its sham beside it.
+
+Usage:
+    python scripts/ladder_report.py [--root outputs/contaminate] [--out DIR] [RUN_DIR[=LABEL] ...]
+
+Without run dirs it reads every finished run under <root>/paper_recipe_ladder_*__* (the rung is the run's name after
+`paper_recipe_ladder_`, the arm its exposure.json's: leak, or sham = exposure.leak_fraction=0). Given run dirs (e.g.
+a resumed detection under another probe, `output_dir=...`), each is one row, labelled LABEL (default: its folder).
+Per run, from table6.json, exposure.json, run_config.json and detect/simulation_summary.json: the training knobs
+(SFT epochs, LoRA rank or full fine-tuning, learning rates), Table 6 full-CoT accuracy before/after on C (C_leaked
+for a leak arm) and U, ZCP's per-metric p-value and C_cont on C and U (the fine-tuned model), its combined verdict
+(Bonferroni over the metrics, as detection decides it), and the difference-in-differences against the base model
+per metric (flagged: its smallest p-value times the number of metrics below alpha, the same Bonferroni rule).
+Writes ladder_report.md and ladder_report.json to --out (default <root>/paper_recipe_ladder_report) and prints the md.
+
+Why not evaluate/run_exposure_report.py: it groups by one run name and plots C_cont against k x epochs; the ladder's
+rungs differ in LoRA rank and full fine-tuning (not on that axis), and the ladder needs the p-values, the verdicts
+and the sham arm beside each rung.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from zcp.core.io import read_json
+from zcp.core.rundir import ContaminationRun
+from zcp.validate.exposure import run_arm
+
+PREFIX = "paper_recipe_ladder"
+METRICS = ("acc", "con", "p_first", "p_all")
+
+
+def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
+    """The report row of one contamination run dir (None when its detection has not finished)."""
+    run = ContaminationRun(path)
+    if not (run.simulation_summary_path.exists() and run.exposure_path.exists() and run.config_path.exists()):
+        return None
+    sim, exp, cfg = run.simulation_summary, run.exposure, run.config
+    arm = run_arm(exp)
+    name = str(cfg.get("name", path.name))
+    knobs = exp["knobs"]
+    train = cfg.get("train") or {}
+    row: dict[str, Any] = {
+        "run": str(path), "label": label or (name[len(PREFIX) + 1:] if name.startswith(PREFIX + "_") else path.name),
+        "arm": arm, "sft_epochs": knobs["sft_epochs"], "finetune": train.get("finetune", "lora"),
+        "lora_r": knobs["lora_r"], "sft_lr": knobs["lr"], "grpo_lr": (train.get("grpo") or {}).get("learning_rate"),
+        "grpo_steps": knobs["grpo_steps"], "n_items": (cfg.get("benchmark") or {}).get("n"),
+    }
+    c_split = "C" if arm == "sham" else "C_leaked"
+    for r in (read_json(path / "table6.json") if (path / "table6.json").exists() else {}).get("rows", []):
+        if r["split"] in (c_split, "U"):
+            key = "C" if r["split"] == c_split else "U"
+            row[f"cot/{key}"] = (r.get("base"), r.get("final"))
+    for r in sim["results"].get("FT", []):
+        if r["variant"] == "original":
+            row[f"{r['split']}/{r['metric']}"] = (r["p_value"], r["c_cont"])
+    for v in sim["verdicts"].get("FT", []):
+        if v["variant"] == "original":
+            row[f"verdict/{v['split']}"] = (v["p_value"], bool(v["contaminated"]), v.get("alpha", 0.05))
+    for split in ("C", "U"):
+        did = [d for d in sim.get("did", []) if d["split"] == split and d["variant"] == "original"]
+        if did:
+            alpha = row.get(f"verdict/{split}", (None, None, 0.05))[2]
+            p = min(1.0, min(d["p_value"] for d in did) * len(did))
+            row[f"did/{split}"] = {"did": {d["metric"]: d["did"] for d in did}, "p": p, "flagged": p < alpha}
+    return row
+
+
+def _pv(row: dict[str, Any], split: str) -> str:
+    cells = []
+    for m in METRICS:
+        if f"{split}/{m}" in row:
+            p, cc = row[f"{split}/{m}"]
+            cells.append(f"{m} {p:.3f} ({cc:.3f})")
+    return "; ".join(cells) or "–"
+
+
+def _verdict(row: dict[str, Any], split: str) -> str:
+    v = row.get(f"verdict/{split}")
+    return "–" if v is None else f"{'**flagged**' if v[1] else 'no'} (p = {v[0]:.3f})"
+
+
+def _did(row: dict[str, Any], split: str) -> str:
+    d = row.get(f"did/{split}")
+    if d is None:
+        return "–"
+    vals = " / ".join(f"{d['did'][m]:+.3f}" for m in METRICS if m in d["did"])
+    return f"{vals}, {'**flagged**' if d['flagged'] else 'no'} (p = {d['p']:.3f})"
+
+
+def _cot(row: dict[str, Any], split: str) -> str:
+    b, a = row.get(f"cot/{split}", (None, None))
+    return "–" if b is None or a is None else f"{100 * b:.0f} → {100 * a:.0f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per rung its leak arm and its sham arm, one row each, the sham right below its rung."""
+    head = ["rung", "arm", "training", "full-CoT % C before → after", "full-CoT % U before → after",
+            "ZCP on C: p (C_cont) per metric", "ZCP on U: p (C_cont) per metric", "verdict C", "verdict U",
+            "DiD C (acc / con / p_first / p_all)", "DiD U"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        how = (f"{r['finetune']} FT" if r["finetune"] == "full" else f"LoRA r {r['lora_r']}")
+        how += f", {r['sft_epochs']:g} ep, lr {r['sft_lr']:g}" + (f" / GRPO {r['grpo_lr']:g}" if r["grpo_lr"] else "")
+        lines.append("| " + " | ".join([r["label"], r["arm"], how, _cot(r, "C"), _cot(r, "U"), _pv(r, "C"),
+                                        _pv(r, "U"), _verdict(r, "C"), _verdict(r, "U"), _did(r, "C"),
+                                        _did(r, "U")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", help="RUN_DIR or RUN_DIR=LABEL (default: <root>/paper_recipe_ladder_*__*)")
+    ap.add_argument("--root", default="outputs/contaminate")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    root = Path(a.root)
+    if a.runs:
+        given = [(Path(x.split("=", 1)[0]), x.split("=", 1)[1] if "=" in x else None) for x in a.runs]
+    else:
+        given = [(p, None) for p in sorted(root.glob(f"{PREFIX}_*__*"))]
+    rows = [r for p, label in given if (r := run_row(p, label)) is not None]
+    rows.sort(key=lambda r: (r["label"], r["arm"] != "leak"))
+    out = Path(a.out or root / f"{PREFIX}_report")
+    out.mkdir(parents=True, exist_ok=True)
+    md = table(rows)
+    (out / "ladder_report.md").write_text(md)
+    (out / "ladder_report.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    print(md, end="")
+
+
+if __name__ == "__main__":
+    main()
