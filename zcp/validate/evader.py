@@ -238,7 +238,8 @@ def machine() -> dict[str, Any]:
 def run_study(spec: str, out_md: str, *, clean_roots: Sequence[str], work_dir: str, base_model: str,
               B: int = 10_000, probe_models: bool = True, commands: Sequence[str] = ()) -> dict[str, Any]:
     """The whole study: every run of `spec`, the suppression signals' false-positive rate on the clean sets under
-    `clean_roots`; writes `out_md` and its JSON beside it (same stem) and returns the JSON's content."""
+    `clean_roots`; writes `out_md` (the text above its generated-tables marker, if any, is kept) and its JSON
+    beside it (same stem), and returns the JSON's content."""
     from zcp.validate.evader_report import render
 
     t0 = time.time()
@@ -250,5 +251,9 @@ def run_study(spec: str, out_md: str, *, clean_roots: Sequence[str], work_dir: s
     result["meta"]["seconds"] = round(time.time() - t0, 1)
     out = Path(out_md)
     write_json(out.with_suffix(".json"), result)
-    out.write_text(render(result), encoding="utf-8")
+    tables = render(result)
+    old = out.read_text(encoding="utf-8") if out.is_file() else ""
+    marker = tables.splitlines()[0]  # the prose written above the generated tables is kept
+    prose = old[: old.index(marker)] if marker in old else ""
+    out.write_text(prose + tables, encoding="utf-8")
     return result
