@@ -44,7 +44,7 @@ def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
     knobs = exp["knobs"]
     train = cfg.get("train") or {}
     row: dict[str, Any] = {
-        "run": str(path), "label": label or (name[len(PREFIX) + 1:] if name.startswith(PREFIX + "_") else path.name),
+        "run": str(path), "label": label or _label(name, path),
         "arm": arm, "sft_epochs": knobs["sft_epochs"], "finetune": train.get("finetune", "lora"),
         "lora_r": knobs["lora_r"], "sft_lr": knobs["lr"], "grpo_lr": (train.get("grpo") or {}).get("learning_rate"),
         "grpo_steps": knobs["grpo_steps"], "n_items": (cfg.get("benchmark") or {}).get("n"),
@@ -67,6 +67,15 @@ def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
             p = min(1.0, min(d["p_value"] for d in did) * len(did))
             row[f"did/{split}"] = {"did": {d["metric"]: d["did"] for d in did}, "p": p, "flagged": p < alpha}
     return row
+
+
+def _label(name: str, path: Path) -> str:
+    """A run's default label: its rung (the name after `paper_recipe_ladder_`), plus what follows the hash in its
+    folder's name (a copy probed again, e.g. `..._r1__adbf1526_probe_zcp` -> "r1 probe_zcp"); else the folder."""
+    if not name.startswith(PREFIX + "_"):
+        return path.name
+    tail = path.name.split("__", 1)[1].split("_", 1)[1:] if "__" in path.name else []
+    return " ".join([name[len(PREFIX) + 1:], *tail])
 
 
 def _pv(row: dict[str, Any], split: str) -> str:
