@@ -128,6 +128,39 @@ def test_combined_verdict_keeps_its_level():
     assert comb["rate@0.05"] <= 0.07 and comb["replicates"] == 300
 
 
+@pytest.mark.parametrize("dependence", ["identical", "shifted", "independent"])
+def test_convention_simulation_is_a_joint_null_with_the_stated_dependence(dependence):
+    """Under H0 the original is exchangeable with its versions in every convention (same mean), the full-CoT half
+    of con is shared, and the conventions' p_all are nearly identical / correlated / independent given the item."""
+    from zcp.validate.calibration.simulated import ConventionGridSettings, simulate_conventions
+
+    rng = np.random.default_rng(11)
+    data = simulate_conventions(rng, 0.5, 3, 200, 60, 2, dependence, ConventionGridSettings())
+    for conv in data:
+        for orig, ref in conv.values():
+            assert abs(orig.mean() - ref.mean()) < 0.02
+    a, b = (np.log(c["p_all"][1]) for c in data)  # references, (R, n, m)
+    within = np.corrcoef((a - a.mean(axis=-1, keepdims=True)).ravel(), (b - b.mean(axis=-1, keepdims=True)).ravel())
+    corr = within[0, 1]  # version-level dependence across the two conventions (the item level removed)
+    assert {"identical": corr > 0.9, "shifted": 0.2 < corr < 0.8, "independent": abs(corr) < 0.05}[dependence]
+
+
+def test_multi_convention_verdict_keeps_its_level_and_rejects_sometimes():
+    """The Bonferroni verdict over C x 4 (convention, metric) tests on a small joint-null grid: its rejection rate
+    stays within alpha plus the Monte Carlo error in every cell, and is not zero (a test that never rejects, or a
+    grid that never runs a test, would pass the first check alone)."""
+    from zcp.validate.calibration.simulated import ConventionGridSettings, convention_grid
+
+    g = ConventionGridSettings(accuracy=(0.5,), m=(3,), n=(40,), conventions=(2, 4),
+                               dependence=("identical", "independent"), replicates=400, B=199)
+    rows = convention_grid(g, cal.SimSpec(), (0.05,), 0, progress=False)
+    multi = [r for r in rows if r["metric"] == "multiconv"]
+    assert len(multi) == 4 and {r["n_tests"] for r in multi} == {8, 16}
+    mc_error = 3 * (0.05 * 0.95 / 400) ** 0.5
+    assert all(r["rate@0.05"] <= 0.05 + mc_error for r in rows)
+    assert sum(r["rate@0.05"] * r["replicates"] for r in multi) > 0
+
+
 def _toy_records(draws_per_item):
     recs = []
     rng = np.random.default_rng(8)
@@ -219,6 +252,8 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
             "joint.accuracy=[0.5]", "joint.m=[3]", "joint.n=[20]", "joint.replicates=40", "joint.B=99",
             "power.accuracy=[0.5]", "power.n=[20]", "power.replicates=30", "power.B=99",
             "power.binary_effects=[0,0.3]", "power.continuous_effects=[0,1]",
+            "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
+            "conventions.dependence=[shifted]", "conventions.replicates=40", "conventions.B=99",
             f"real_null.records=[{records.parent}/*.jsonl]", "real_null.replicates=30", "real_null.B=99",
             "base_model.metrics=[acc,p_first,p_all]", "base_model.subsets=10", "base_model.subset_size=8",
             "base_model.B=99", f"base_model.records_root={tmp_path / 'rec'}",
@@ -235,7 +270,7 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     for name in ("table.md", "summary.md", "summary.json", "type1.png", "power.png", "config.yaml"):
         assert (out / name).stat().st_size > 200, name
     parts = {r["part"] for r in res["rows"]}
-    assert parts == {"a", "a-joint", "power", "b", "c", "d"}
+    assert parts == {"a", "a-joint", "a-conv", "power", "b", "c", "d"}
     d_rows = [r for r in res["rows"] if r["part"] == "d"]
     assert {r["metric"] for r in d_rows} == {"acc", "p_all", "combined"} and all(r["n"] == 10 for r in d_rows)
     assert all(r["subsets"] == 20 and r["null_pools"] == 5 for r in d_rows)
@@ -255,6 +290,74 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     assert "Attainable size" in md and "(b) Real-score nulls" in md and "(c) Whole pool" in md
     # the records of (c) are kept for the next run (resumable, shared)
     assert list((tmp_path / "rec").glob("toy__*/records.jsonl"))
+
+
+def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
+    """real_originals.prefills=[probe,hash] through run_calibration on 24 items of the reserved pool with a fake
+    clean model: records per convention (the probe line's in today's directory, reused by the default run), the
+    full-CoT generation shared by the conventions, auto's reading, multiconv rows, and the probe line's rows equal
+    to the default run's (prefills=[probe]) digit for digit."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    def p_of(question: str) -> float:
+        return 0.05 + 0.9 * int(hashlib.sha256(question.encode()).hexdigest()[:6], 16) / 16**6
+
+    fake = FakeBackend({}, p_of=p_of)
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: fake)
+    monkeypatch.chdir(tmp_path)
+    model_dir = tmp_path / "fake_model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+
+    def run(name, prefills, parts="[real_originals]"):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            cfg = compose("calibration", overrides=[
+                "logger=none", f"output_dir={tmp_path / name}", "run.progress=false", f"parts={parts}",
+                "real_originals.base=null", "real_originals.m=2", "real_originals.sizes=[10]",
+                "real_originals.subsets=20", "real_originals.null_pools=4", "real_originals.metrics=[acc,con,p_all]",
+                "real_originals.B=99", f"real_originals.records_root={tmp_path / 'rec'}",
+                f"real_originals.prefills={prefills}", "real_originals.auto_read=6", "probe.auto.neutral_n=4",
+                "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
+                "conventions.replicates=40", "conventions.B=99"])
+        with open_dict(cfg):
+            cfg.real_originals.models = {"fake": str(model_dir)}
+            cfg.real_originals.pools = {"wp": {"kind": "wordproblem_pool", "n": 24, "candidates": 4}}
+        return cal.run_calibration(cfg)
+
+    res = run("multi", "[probe,hash]", "[real_originals,conventions]")
+    d_rows = [r for r in res["rows"] if r["part"] == "d"]
+    assert {(r["kind"], r.get("convention")) for r in d_rows} == {("zcp", "probe"), ("zcp", "hash"), ("multiconv", None)}
+    multi = next(r for r in d_rows if r["kind"] == "multiconv" and r["metric"] == "combined")
+    assert multi["n_tests"] == 6 and multi["subsets"] == 20 and multi["null_pools"] == 4
+    dirs = sorted(p.name for p in (tmp_path / "rec").iterdir())
+    assert len(dirs) == 2 and any("__conv-hash__" in d for d in dirs)
+    info = res["info"]["real_originals"]
+    assert info["scoring"]["fake/wp/full_cot"]["generated"] > 0  # con's full-CoT: generated once, then served
+    assert info["auto_read"]["fake/wp"]["chosen"][0] == "probe" and "average_multiconv" in info
+    assert {r["part"] for r in res["rows"]} == {"d", "a-conv"}
+    md = (tmp_path / "multi" / "real_originals.md").read_text()
+    assert "Multi-convention verdict" in md and "pre-fill `hash`" in md and "auto as read" in md
+    assert "Multi-convention verdict on simulated nulls" in (tmp_path / "multi" / "summary.md").read_text()
+    scored = fake.calls["score"]
+    single = run("single", "[probe]")  # the default: the probe line's records reused, its rows unchanged
+    assert fake.calls["score"] == scored
+    strip = [{k: v for k, v in r.items() if k not in ("kind", "convention")} for r in d_rows
+             if r.get("convention") == "probe"]
+    assert strip == [{k: v for k, v in r.items() if k != "kind"} for r in single["rows"]]
+    assert all("convention" not in r for r in single["rows"])
+
+
+def test_prefills_are_checked_at_compose():
+    from hydra import compose, initialize_config_dir
+
+    from zcp.errors import ConfigError
+
+    for bad in ("[probe,hahs]", "auto", "[]"):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            cfg = compose("calibration", overrides=[f"real_originals.prefills={bad}"])
+        with pytest.raises(ConfigError, match=r"real_originals\.prefills"):
+            zcp.config.validate(cfg, job="calibration")
 
 
 def test_quick_preset_composes():

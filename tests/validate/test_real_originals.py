@@ -110,3 +110,50 @@ def test_subset_versions_skip_draws_that_are_other_subset_items_originals():
     # too few clean candidates: the colliding ones are kept, counted
     X, Y, short = subset_versions(V, keys, np.array([[0, 1, 2]]), 4)
     assert short == 1
+
+
+def test_convention_cells_keep_part_d_rows_for_the_probe_line_and_share_the_null_labels():
+    """The probe line's rows of a multi-convention study are part (d)'s rows exactly (same subsets, same Monte
+    Carlo stream); a second convention identical to the first can only make the verdict over both stricter
+    (Bonferroni over twice the tests), in the observed subsets and in every null pool (one label per item)."""
+    from zcp.validate.calibration.real_conventions import MULTI, convention_rate_cells
+
+    rng = np.random.default_rng(7)
+    V = _pool(rng, 150, 9, 0.0)
+    s = RealOriginalsSettings(subsets=120, null_pools=8, B=199)
+    single = rate_cells(V, ["acc", "p_all"], [40], s, seed=0, desc="x")
+    rows = convention_rate_cells({"probe": V, "hash": V.copy()}, ["acc", "p_all"], [40], s, seed=0, desc="x")
+    probe = [{k: v for k, v in r.items() if k not in ("kind", "convention")} for r in rows
+             if r.get("convention") == "probe"]
+    assert probe == single
+    by = {(r.get("convention", MULTI), r["metric"]): r for r in rows}
+    assert by[(MULTI, "combined")]["n_tests"] == 4 and by[(MULTI, "combined")]["conventions"] == "probe+hash"
+    assert by[(MULTI, "combined")]["rate"] <= by[("probe", "combined")]["rate"]
+    assert by[(MULTI, "combined")]["null_mean"] <= by[("probe", "combined")]["null_mean"]
+
+
+def test_multi_convention_verdict_finds_a_leak_under_one_convention_only():
+    """Originals favoured under `hash` alone: the probe line's verdict stays near alpha, the verdict over both
+    conventions rejects almost every subset and sits beyond every null pool."""
+    from zcp.validate.calibration.real_conventions import MULTI, convention_rate_cells
+
+    rng = np.random.default_rng(8)
+    V = _pool(rng, 150, 9, 0.0)
+    W = _pool(rng, 150, 9, 0.4)
+    s = RealOriginalsSettings(subsets=60, null_pools=10, B=199)
+    rows = convention_rate_cells({"probe": V, "hash": W}, ["acc", "p_all"], [50], s, seed=0, desc="y")
+    by = {(r.get("convention", MULTI), r["metric"]): r for r in rows}
+    assert by[("probe", "combined")]["rate"] <= 0.2
+    assert by[(MULTI, "combined")]["rate"] > 0.9 and by[(MULTI, "combined")]["null_share_at_or_above"] == 0.0
+
+
+def test_common_versions_and_cot_check():
+    from zcp.validate.calibration.real_conventions import common_versions, cot_check
+
+    V = np.arange(3 * 2 * 1, dtype=float).reshape(3, 2, 1)
+    ids, Vs = common_versions({"probe": (["a", "b", "c"], V), "hash": (["b", "c"], V[1:] + 100)})
+    assert ids == ["b", "c"] and Vs["probe"][:, 0, 0].tolist() == [2.0, 4.0]
+    assert Vs["hash"][:, 0, 0].tolist() == [102.0, 104.0]
+    unit = {"split": "s", "variant": "original", "original_id": "a", "draw": 0}
+    chk = cot_check({"probe": [{**unit, "cot_prediction": None}], "hash": [{**unit, "cot_prediction": "4"}]})
+    assert chk == {"against": "hash", "units": 1, "differ": 1}

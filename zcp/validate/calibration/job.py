@@ -9,13 +9,22 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcp.config.checks import check_value, refuse_shard
+from zcp.config.checks import check_value, refuse_shard, user_key
 from zcp.config.groups import DataConfig, LoggerConfig, ProbeGroupConfig, RunConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
+from zcp.errors import ConfigError
+from zcp.probe.conventions import AUTO, parse_prefill, resolve_entries
 from zcp.validate.calibration.real_null import BaseModelSettings, RealNullSettings
 from zcp.validate.calibration.real_originals import POOL_KINDS, RealOriginalsSettings
-from zcp.validate.calibration.simulated import GridSettings, JointSettings, PowerSettings, SimSpec
+from zcp.validate.calibration.simulated import (
+    CONVENTION_DEPENDENCE,
+    ConventionGridSettings,
+    GridSettings,
+    JointSettings,
+    PowerSettings,
+    SimSpec,
+)
 
 
 @dataclass
@@ -34,7 +43,7 @@ class CalibrationPlots:
     n: list[int] = field(default_factory=lambda: [10, 100])  # n values drawn in type1.png
 
 
-CALIBRATION_PARTS = ("real_originals", "simulation", "joint", "power", "real_null", "base_model")
+CALIBRATION_PARTS = ("real_originals", "simulation", "joint", "conventions", "power", "real_null", "base_model")
 
 
 def _check_calibration(job: Any) -> None:
@@ -44,7 +53,7 @@ def _check_calibration(job: Any) -> None:
     check_value(len(job.alphas) >= 1 and all(0.0 < a < 1.0 for a in job.alphas), "alphas", list(job.alphas),
                 "a non-empty list of levels in (0, 1)")
     refuse_shard(job.run.shard, "for evaluate/run_calibration.py (only evaluate/run_detect.py shards)")
-    for group in ("simulation", "joint", "power", "real_null", "base_model", "real_originals"):
+    for group in ("simulation", "joint", "conventions", "power", "real_null", "base_model", "real_originals"):
         s = getattr(job, group)
         for key in ("replicates", "replicates_continuous", "replicates_large", "B", "subsets", "subset_size",
                     "null_pools", "chunk_size"):
@@ -55,9 +64,25 @@ def _check_calibration(job: Any) -> None:
                 val = getattr(s, key)
                 vals = list(val) if isinstance(val, (list, tuple)) else [val]
                 check_value(all(v is None or v >= 1 for v in vals), f"{group}.{key}", val, "sizes >= 1")
-    for group in ("simulation", "joint", "power"):
+    conv = job.conventions
+    check_value(all(c >= 2 for c in conv.conventions), "conventions.conventions", list(conv.conventions),
+                "conventions per item, each >= 2")
+    check_value(set(conv.dependence) <= set(CONVENTION_DEPENDENCE), "conventions.dependence", list(conv.dependence),
+                f"a subset of {list(CONVENTION_DEPENDENCE)}")
+    check_value(-1.0 <= conv.rho <= 1.0, "conventions.rho", conv.rho, "in [-1, 1]")
+    for group in ("simulation", "joint", "conventions", "power"):
         acc = list(getattr(job, group).accuracy)
         check_value(all(0.0 < a < 1.0 for a in acc), f"{group}.accuracy", acc, "a list of values in (0, 1)")
+    prefills = list(job.real_originals.prefills)
+    try:
+        entries = parse_prefill(prefills)
+        if entries == AUTO:
+            raise ValueError("auto is read, not listed: list the conventions (auto's reading: real_originals.auto_read)")
+        resolve_entries(entries, job.probe.zero_cot_prefix, job.probe.answer_suffix)  # a str: ProbeGroupConfig checks it
+    except ValueError as e:
+        raise ConfigError(f"{user_key('real_originals.prefills')}={prefills!r}: {e}") from None
+    check_value(job.real_originals.auto_read >= 0, "real_originals.auto_read", job.real_originals.auto_read,
+                ">= 0 (0: no reading)")
     for name, pool in dict(job.real_originals.pools).items():
         kind = getattr(pool, "kind", None)
         check_value(kind in POOL_KINDS, f"real_originals.pools.{name}.kind", kind, f"one of {list(POOL_KINDS)}")
@@ -78,6 +103,7 @@ def _calibration_job() -> type:
             ("alphas", list[float], field(default_factory=lambda: [0.05, 0.01])),
             ("flags", CalibrationFlags, group(CalibrationFlags)), ("spec", SimSpec, group(SimSpec)),
             ("simulation", GridSettings, group(GridSettings)), ("joint", JointSettings, group(JointSettings)),
+            ("conventions", ConventionGridSettings, group(ConventionGridSettings)),
             ("power", PowerSettings, group(PowerSettings)), ("real_null", RealNullSettings, group(RealNullSettings)),
             ("base_model", BaseModelSettings, group(BaseModelSettings)),
             ("real_originals", RealOriginalsSettings, group(RealOriginalsSettings)),

@@ -92,6 +92,11 @@ class RealOriginalsSettings:
     reference_seed: int = 0
     records_root: str = "outputs/calibration/real_originals"
     chunk_size: int = 256
+    # the answer conventions probed (zcp.probe.conventions names or literals, as probe.prefill lists them): [probe]
+    # is the probe's line alone (today's study); several add per-convention rows and the multi-convention verdict
+    # (zcp.validate.calibration.real_conventions: Bonferroni over every (convention, metric), as run_detect's)
+    prefills: Sequence[str] = ("probe",)
+    auto_read: int = 0  # several prefills: per pool, the first N originals read by auto (plus probe.auto's neutral set)
 
 
 # --------------------------------------------------------------------------------------------------- pools
@@ -151,20 +156,33 @@ def pool_references(items: list[Item], spec: PoolSpec, s: RealOriginalsSettings,
 
 def score_pool(model_path: str, model_name: str, pool_name: str, items: list[Item], refs: dict[str, list[Item]],
                metrics: Sequence[str], s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Mapping[str, Any],
-               progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Probe originals and references once (resumable records under records_root; the same probe as run_detect)."""
+               progress: bool = True, *, convention: Any = None, backend: Any = None
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Probe originals and references once (resumable records under records_root; the same probe as run_detect).
+
+    `convention` (a zcp.probe.conventions.Resolved other than `probe`): the probe pre-filling it, as run_detect's
+    multi-convention path builds it (zcp.probe.multiconv.convention_probe); its records live in
+    `<pool>__<model>__conv-<name>__<key>`. None or `probe`: the probe's own line, today's records and directory.
+    `backend`: one already built (a MemoBackend shared by a model's conventions); None builds the model's."""
     from zcp.backends.registry import build_backend
     from zcp.core.io import model_fingerprint
     from zcp.probe.detect import DetectDataset, DetectSettings, collect_records, probe_config
 
     probe = probe_config(probe_cfg, model_cfg)
     probe.metrics = tuple(metrics)
+    tag = ""
+    if convention is not None and convention.name != "probe":
+        from zcp.probe.multiconv import convention_probe
+
+        probe = convention_probe(probe, convention)
+        tag = f"conv-{convention.name}__"
     ds = DetectDataset(pool_name, [it for it in items if it.id in refs], refs)
     key = stable_hash(json.dumps({"model": model_fingerprint(model_path), "probe": repr(probe.__dict__),
                                   "units": [(k, it.question, it.answer) for k, it in ds.work()]},
                                  sort_keys=True, default=str), 10)
-    out = Path(s.records_root) / f"{pool_name}__{model_name}__{key}"
-    backend = build_backend({**dict(model_cfg), "path": model_path, "adapter": None, "name": model_name})
+    out = Path(s.records_root) / f"{pool_name}__{model_name}__{tag}{key}"
+    if backend is None:
+        backend = build_backend(model_backend_config(model_cfg, model_path, model_name))
     settings = DetectSettings(chunk_size=s.chunk_size, progress=progress, on_overflow="skip")
     overflow: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -172,6 +190,11 @@ def score_pool(model_path: str, model_name: str, pool_name: str, items: list[Ite
     return records, {"records_dir": str(out), "units": len(records), "seconds": round(time.perf_counter() - t0, 1),
                      "overflow_items": len({r["original_id"] for r in overflow if r.get("action") == "skipped item"}),
                      "overflow_rows": sum(r.get("action") == "skipped row" for r in overflow)}
+
+
+def model_backend_config(model_cfg: Mapping[str, Any], model_path: str, model_name: str) -> dict[str, Any]:
+    """The backend config of one of the study's models: the job's model settings with its folder and name."""
+    return {**dict(model_cfg), "path": model_path, "adapter": None, "name": model_name}
 
 
 def version_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], m: int
@@ -261,16 +284,22 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
 
     `label` (n,): which version plays the original per item (None: version 0, the real original); `keys`/`m`:
     per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a draw)."""
+    ps = subset_pvalues(V, metrics, picks, B, alpha, rng, label, keys, m)
+    out = {mt: rejects(p, alpha) for mt, p in zip(metrics, ps, strict=True)}
+    out["combined"] = rejects(bonferroni(ps), alpha)
+    return out
+
+
+def subset_pvalues(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
+                   rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
+                   m: int | None = None) -> list[np.ndarray]:
+    """The within-item permutation p-values (R,) per metric behind `subset_rejections` (same arguments, same draws
+    from `rng`). A Monte Carlo p above alpha is a lower bound (its relabelling stops early): every decision at a
+    level <= alpha, Bonferroni's alpha / K included, is the full B's."""
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
     X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
-    out, ps = {}, []
-    for k, mt in enumerate(metrics):
-        p = _pvalues(mt, X[..., k], Y[..., k], B, alpha, rng)
-        ps.append(p)
-        out[mt] = rejects(p, alpha)
-    out["combined"] = rejects(bonferroni(ps), alpha)
-    return out
+    return [_pvalues(mt, X[..., k], Y[..., k], B, alpha, rng) for k, mt in enumerate(metrics)]
 
 
 def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
@@ -332,16 +361,23 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
         if bar is not None:
             bar.close()
         for k, rej in observed.items():
-            kk = int(rej.sum())
-            lo, hi = rate_ci(kk, rej.size)
-            nulls = np.array(null_rates[k])
-            rate = kk / rej.size
-            rows.append({"metric": k, "n": N_eff, "m": m, "subsets": int(rej.size), "rate": rate, "lo": lo, "hi": hi,
-                         "null_mean": float(nulls.mean()) if nulls.size else None,
-                         "null_p95": float(np.quantile(nulls, 0.95)) if nulls.size else None,
-                         "null_share_at_or_above": float((nulls >= rate - 1e-12).mean()) if nulls.size else None,
-                         "null_pools": int(nulls.size), "items_keeping_a_colliding_draw": short})
+            rows.append(cell_row(k, rej, null_rates[k], N_eff, m, short))
     return rows
+
+
+def cell_row(metric: str, rejected: np.ndarray, null_rates: Sequence[float], n: int, m: int, short: int
+             ) -> dict[str, Any]:
+    """One part-(d) row: the observed rejection rate over the subsets with its Clopper-Pearson CI, and the
+    exact-null pools' mean, 95th percentile and share at or above it."""
+    kk = int(rejected.sum())
+    lo, hi = rate_ci(kk, rejected.size)
+    nulls = np.array(null_rates)
+    rate = kk / rejected.size
+    return {"metric": metric, "n": n, "m": m, "subsets": int(rejected.size), "rate": rate, "lo": lo, "hi": hi,
+            "null_mean": float(nulls.mean()) if nulls.size else None,
+            "null_p95": float(np.quantile(nulls, 0.95)) if nulls.size else None,
+            "null_share_at_or_above": float((nulls >= rate - 1e-12).mean()) if nulls.size else None,
+            "null_pools": int(nulls.size), "items_keeping_a_colliding_draw": short}
 
 
 def full_pool_tests(V: np.ndarray, metrics: Sequence[str], B: int = 10_000) -> list[dict[str, Any]]:
@@ -364,26 +400,11 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
 
     A model whose folder is missing (a sham run not trained yet) is skipped with the reason in the info."""
     info: dict[str, Any] = {"pools": {}, "models": {}, "skipped": {}, "scoring": {}}
-    models = {}
-    for name, path in s.models.items():
-        if path and (Path(path) / "config.json").is_file():
-            models[name] = str(path)
-        else:
-            info["skipped"][name] = f"no model folder at {path} (train it first: python train/run_contaminate.py experiment=calibration_shams)"
-            log.warning("part (d): %s skipped: %s", name, info["skipped"][name])
-    info["models"] = models
+    models = study_models(s, info)
     rows: list[dict[str, Any]] = []
     for pname, raw in s.pools.items():
-        spec = raw if isinstance(raw, PoolSpec) else PoolSpec(**dict(raw))  # the job's checked PoolSpec
-        metrics = list(spec.metrics or s.metrics)
-        items = pool_items(spec)
-        refs, rep = pool_references(items, spec, s, models)
-        info["pools"][pname] = {"kind": spec.kind, "items": len(items), "metrics": metrics,
-                                "reference": {k: rep[k] for k in ("method", "law", "items_with_references", "rejections",
-                                                                  "exclusions")},
-                                "exchangeability": {k: rep["exchangeability"].get(k)
-                                                    for k in ("items", "min_p_bonferroni", "warnings", "leading_digit")}}
-        tables: dict[str, np.ndarray] = {}
+        spec, metrics, items, refs = pool_setup(pname, raw, s, models, info)
+        tables: dict[str, Any] = {}
         M = int(spec.candidates or s.m)
         for mname, path in models.items():
             recs, sinfo = score_pool(path, mname, pname, items, refs, metrics, s, probe_cfg, model_cfg, progress)
@@ -396,25 +417,69 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
             for r in rate_cells(V, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label):
                 rows.append({"part": "d", "model": mname, "pool": pname, "kind": "zcp", **r})
             info["scoring"][label]["full_pool"] = full_pool_tests(V[:, : s.m + 1], metrics)
-        if s.base and s.base in tables:
-            bids, Vb, _ = tables[s.base]
-            for mname, (ids, V, keys) in tables.items():
-                if mname == s.base:
-                    continue
-                common = sorted(set(ids) & set(bids))
-                ia = [ids.index(i) for i in common]
-                ib = [bids.index(i) for i in common]
-                label = f"{mname}-vs-{s.base}/{pname}"
-                for r in rate_cells(V[ia], metrics, s.sizes, s, seed, Vb=Vb[ib], keys=keys[ia], progress=progress,
-                                    desc=label):
-                    rows.append({"part": "d", "model": f"{mname} vs {s.base}", "pool": pname, "kind": "did", **r})
+        rows += did_rows(tables, metrics, pname, s, seed, progress)
     return rows, info
 
 
-def average_rates(rows: Sequence[Mapping[str, Any]], kind: str = "zcp") -> dict[str, float]:
-    """Mean rejection rate per metric (and combined) over every model, pool and size of one kind of row."""
+def study_models(s: RealOriginalsSettings, info: dict[str, Any]) -> dict[str, str]:
+    """The study's models whose folder exists (name -> path, also in info["models"]); a missing one (a sham run
+    not trained yet) is skipped with the reason in info["skipped"]."""
+    models = {}
+    for name, path in s.models.items():
+        if path and (Path(path) / "config.json").is_file():
+            models[name] = str(path)
+        else:
+            info["skipped"][name] = f"no model folder at {path} (train it first: python train/run_contaminate.py experiment=calibration_shams)"
+            log.warning("part (d): %s skipped: %s", name, info["skipped"][name])
+    info["models"] = models
+    return models
+
+
+def pool_setup(pname: str, raw: Any, s: RealOriginalsSettings, models: Mapping[str, str], info: dict[str, Any]
+               ) -> tuple[PoolSpec, list[str], list[Item], dict[str, list[Item]]]:
+    """One pool of the study: its spec, metrics, items and references (shared by every model), described in
+    info["pools"][pname]."""
+    spec = raw if isinstance(raw, PoolSpec) else PoolSpec(**dict(raw))  # the job's checked PoolSpec
+    metrics = list(spec.metrics or s.metrics)
+    items = pool_items(spec)
+    refs, rep = pool_references(items, spec, s, models)
+    info["pools"][pname] = {"kind": spec.kind, "items": len(items), "metrics": metrics,
+                            "reference": {k: rep[k] for k in ("method", "law", "items_with_references", "rejections",
+                                                              "exclusions")},
+                            "exchangeability": {k: rep["exchangeability"].get(k)
+                                                for k in ("items", "min_p_bonferroni", "warnings", "leading_digit")}}
+    return spec, metrics, items, refs
+
+
+def did_rows(tables: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]], metrics: Sequence[str], pname: str,
+             s: RealOriginalsSettings, seed: int, progress: bool = False) -> list[dict[str, Any]]:
+    """The DiD rows of one pool: every model of `tables` (name -> (ids, V, keys)) against `s.base`, on their
+    common items (none when `s.base` is unset or was not scored)."""
+    rows: list[dict[str, Any]] = []
+    if not s.base or s.base not in tables:
+        return rows
+    bids, Vb, _ = tables[s.base]
+    for mname, (ids, V, keys) in tables.items():
+        if mname == s.base:
+            continue
+        common = sorted(set(ids) & set(bids))
+        ia = [ids.index(i) for i in common]
+        ib = [bids.index(i) for i in common]
+        label = f"{mname}-vs-{s.base}/{pname}"
+        for r in rate_cells(V[ia], metrics, s.sizes, s, seed, Vb=Vb[ib], keys=keys[ia], progress=progress,
+                            desc=label):
+            rows.append({"part": "d", "model": f"{mname} vs {s.base}", "pool": pname, "kind": "did", **r})
+    return rows
+
+
+def average_rates(rows: Sequence[Mapping[str, Any]], kind: str = "zcp", convention: str | None = None
+                  ) -> dict[str, float]:
+    """Mean rejection rate per metric (and combined) over every model, pool and size of one kind of row; with
+    `convention`, of that convention's rows only (a row without one is the probe's line)."""
     out: dict[str, list[float]] = {}
     for r in rows:
+        if convention is not None and r.get("convention", "probe") != convention:
+            continue
         if r.get("part") == "d" and r.get("kind") == kind:
             out.setdefault(r["metric"], []).append(r["rate"])
     return {k: float(np.mean(v)) for k, v in out.items()}
@@ -429,8 +494,18 @@ def markdown(rows: Sequence[Mapping[str, Any]], info: Mapping[str, Any], alpha: 
              "at random (exchangeable by construction), the same subsets tested: their mean rate, 95th percentile, "
              "and the share of null pools at or above the observed rate (small = real originals rejected more often "
              "than exchangeable ones).", ""]
-    for kind, title in (("zcp", "ZCP verdict"), ("did", "Difference-in-differences against the base model")):
-        rs = [r for r in rows if r.get("part") == "d" and r.get("kind") == kind]
+    convs = list(dict.fromkeys(r["convention"] for r in rows if r.get("part") == "d" and "convention" in r))
+    multi = next((r for r in rows if r.get("part") == "d" and r.get("kind") == "multiconv"), None)
+    sections = [("zcp", "ZCP verdict", None)]
+    if convs:  # a multi-convention study: one section per convention, then the verdict over all of them
+        sections = [("zcp", f"ZCP verdict, pre-fill `{c}`", c) for c in convs]
+        sections.append(("multiconv", "Multi-convention verdict: per metric Bonferroni over the pre-fills; combined "
+                         f"= Bonferroni over every (pre-fill, metric), K = {multi['n_tests'] if multi else '?'} "
+                         f"({multi['conventions'] if multi else ''})", None))
+    sections.append(("did", "Difference-in-differences against the base model", None))
+    for kind, title, conv in sections:
+        rs = [r for r in rows if r.get("part") == "d" and r.get("kind") == kind
+              and (conv is None or r.get("convention") == conv)]
         if not rs:
             continue
         lines += [f"### {title}", "", "| model | pool | N | metric | rate [95% CI] | null mean | null p95 | "
@@ -439,8 +514,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], info: Mapping[str, Any], alpha: 
             lines.append(f"| {r['model']} | {r['pool']} | {r['n']} | {r['metric']} | {r['rate']:.3f} "
                          f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['null_mean']:.3f} | {r['null_p95']:.3f} | "
                          f"{r['null_share_at_or_above']:.2f} |")
-        avg = average_rates(rows, kind)
+        avg = average_rates(rows, kind, conv)
         lines += ["", "Average over models, pools and sizes: " + ", ".join(f"{k} {v:.3f}" for k, v in avg.items()), ""]
+    lines += _reading_lines(info)
     if info.get("skipped"):
         lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in info["skipped"].items()), ""]
     for pname, p in (info.get("pools") or {}).items():
@@ -449,3 +525,26 @@ def markdown(rows: Sequence[Mapping[str, Any]], info: Mapping[str, Any], alpha: 
                      f"({p['reference']['law']}), {p['reference']['items_with_references']} with draws; feature "
                      f"exchangeability min Bonferroni p {ex.get('min_p_bonferroni')}")
     return "\n".join(lines) + "\n"
+
+
+def _reading_lines(info: Mapping[str, Any]) -> list[str]:
+    """Markdown of a multi-convention study's extras: auto's reading per (model, pool) and the probe line's
+    full-CoT check (zcp.validate.calibration.real_conventions)."""
+    lines: list[str] = []
+    reads = info.get("auto_read") or {}
+    if reads:
+        lines += ["### auto as read (zcp.probe.multiconv.read_conventions)", "",
+                  "| model/pool | set | outputs | ends: " + " / ".join(
+                      next(iter(next(iter(reads.values()))["sets"].values()))["ends"]) + " | chosen | added by the "
+                  "reading |", "|---|---|---|---|---|---|"]
+        for label, rd in reads.items():
+            for name, st in rd["sets"].items():
+                lines.append(f"| {label} | {name} | {st['read']} | " + " / ".join(str(v) for v in st["ends"].values())
+                             + f" | {', '.join(rd['chosen'])} | {', '.join(rd['added_by_reading']) or 'none'} |")
+        lines.append("")
+    checks = {k: v for k, v in (info.get("probe_line_cot_check") or {}).items() if v}
+    if checks:
+        lines += ["Probe line's full-CoT predictions against the multi-convention reading of the same generation: "
+                  + "; ".join(f"{k}: {v['differ']} of {v['units']} differ (vs {v['against']})"
+                              for k, v in checks.items()), ""]
+    return lines

@@ -101,6 +101,28 @@ def pivot_type1(mt: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def convention_summary(rows: Sequence[Mapping[str, Any]], alpha: float, high: float) -> str:
+    """Markdown: per (dependence, C) and verdict (multiconv over every (convention, metric); combined, one
+    convention's) the largest type-I estimate over the accuracy x m x n grid with its CI and cell, the pooled rate,
+    and the cells above `high` (part a-conv)."""
+    rs = [r for r in rows if r["part"] == "a-conv"]
+    if not rs:
+        return ""
+    a = f"{alpha:g}"
+    lines = ["| regime | verdict | tests | cells | max type-I [95% CI] | at | pooled [95% CI] | cells > "
+             f"{high:g} |", "|---|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["regime"], r["metric"]) for r in rs):
+        sub = [r for r in rs if (r["regime"], r["metric"]) == key]
+        worst = max(sub, key=lambda r: r[f"rate@{a}"])
+        k = sum(round(r[f"rate@{a}"] * r["replicates"]) for r in sub)
+        total = sum(r["replicates"] for r in sub)
+        lo, hi = rate_ci(k, total)
+        lines.append(f"| {key[0]} | {key[1]} | {worst.get('n_tests')} | {len(sub)} | {_fmt_rate(worst, alpha)} | "
+                     f"m={worst['m']}, n={worst['n']}, acc={_fmt(worst.get('accuracy'), 2)} | {k / total:.4f} "
+                     f"[{lo:.4f}, {hi:.4f}] | {sum(r[f'rate@{a}'] > high for r in sub)} |")
+    return "\n".join(lines) + "\n"
+
+
 def attainable_matrix(rows: Sequence[Mapping[str, Any]], alpha: float) -> str:
     """Markdown: the exact binary test's attainable size per (m, n) x accuracy; * = discrete-limited."""
     cells = [r for r in rows if r["part"] == "a" and r["regime"] == "binary" and r["test"] == "permutation"]
@@ -187,6 +209,9 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]], alphas: Sequence[float],
                        f"{r['pooled']:.4f} [{r['pooled_lo']:.4f}, {r['pooled_hi']:.4f}] | "
                        f"{_fmt(r.get('expected'), 4)} | {r['ci_above']} | {r['high']} | {r['low']} |")
         out.append("")
+    cm = convention_summary(rows, a0, info["flags"]["high"])
+    if cm:
+        out += [f"### Multi-convention verdict on simulated nulls at alpha = {a0:g} [95% CI]", "", cm]
     am = attainable_matrix(rows, a0)
     if am:
         out += [f"### Attainable size of the exact binary test at alpha = {a0:g} (mean over replicates; "
@@ -349,6 +374,8 @@ def write_calibration_reports(rows: Sequence[Mapping[str, Any]], alphas: Sequenc
     out.mkdir(parents=True, exist_ok=True)
     a0 = alphas[0]
     sections = [("a", "(a) Simulated nulls"), ("a-joint", "(a) Joint metrics and the combined verdict"),
+                ("a-conv", "(a) Multi-convention verdict (C answer conventions per item; multiconv = Bonferroni over "
+                 "every (convention, metric), combined = one convention's verdict)"),
                 ("b", "(b) Real-score nulls"), ("c", "(c) Base model on random benchmark subsets")]
     parts = []
     for part, title in sections:

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from zcp.probe.conventions import is_single_default
+from zcp.validate.calibration.real_conventions import real_conventions_study
 from zcp.validate.calibration.real_null import (
     item_table,
     real_null_study,
@@ -19,6 +21,7 @@ from zcp.validate.calibration.real_null import (
 from zcp.validate.calibration.real_originals import average_rates, real_originals_study
 from zcp.validate.calibration.report import max_type1, write_calibration_reports
 from zcp.validate.calibration.simulated import (
+    convention_grid,
     joint_grid,
     null_grid,
     power_grid,
@@ -87,6 +90,13 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
             j = _tupled(job.joint)
             rows += joint_grid(j, spec, alphas, seed, discrete_below=discrete_below, progress=progress)
             info["runtime_seconds"]["joint"] = time.perf_counter() - t0
+        if "conventions" in parts:
+            t0 = time.perf_counter()
+            cg = _tupled(job.conventions)
+            rows += convention_grid(cg, spec, alphas, seed, progress=progress)
+            info["conventions"] = {"replicates": cg.replicates, "B": cg.B, "shift": cg.shift,
+                                   "item_noise": cg.item_noise, "rho": cg.rho, "near_noise": cg.near_noise}
+            info["runtime_seconds"]["conventions"] = time.perf_counter() - t0
         if "power" in parts:
             t0 = time.perf_counter()
             pw = _tupled(job.power)
@@ -123,11 +133,20 @@ def run_calibration(cfg: Any) -> dict[str, Any]:
         if "real_originals" in parts:
             t0 = time.perf_counter()
             s = _tupled(job.real_originals)
-            r, rinfo = real_originals_study(s, cfg.probe, dataclasses.asdict(job.model), seed, progress=progress)
+            settings = {"m": s.m, "sizes": list(s.sizes), "subsets": s.subsets, "null_pools": s.null_pools, "B": s.B,
+                        "alpha": s.alpha}
+            if is_single_default(list(s.prefills)):  # the probe's line alone: today's study, byte for byte
+                r, rinfo = real_originals_study(s, cfg.probe, dataclasses.asdict(job.model), seed, progress=progress)
+                averages = {"average": average_rates(r), "average_did": average_rates(r, "did")}
+            else:  # every convention of real_originals.prefills and the multi-convention verdict
+                r, rinfo = real_conventions_study(s, cfg.probe, dataclasses.asdict(job.model), seed,
+                                                  auto=job.probe.auto, progress=progress)
+                averages = {"average": average_rates(r, convention="probe"), "average_did": average_rates(r, "did"),
+                            "average_multiconv": average_rates(r, "multiconv"),
+                            "average_per_convention": {c: average_rates(r, convention=c) for c in s.prefills}}
+                settings.update(prefills=list(s.prefills), auto_read=s.auto_read)
             rows += r
-            info["real_originals"] = {**rinfo, "average": average_rates(r), "average_did": average_rates(r, "did"),
-                                      "settings": {"m": s.m, "sizes": list(s.sizes), "subsets": s.subsets,
-                                                   "null_pools": s.null_pools, "B": s.B, "alpha": s.alpha}}
+            info["real_originals"] = {**rinfo, **averages, "settings": settings}
             for k, v in rinfo.get("skipped", {}).items():
                 info["skipped"][f"real_originals/{k}"] = v
             info["runtime_seconds"]["real_originals"] = time.perf_counter() - t0
@@ -156,7 +175,8 @@ def _table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    text = {"part", "regime", "metric", "test", "m", "n", "flag", "model", "pool", "kind"}
+    text = {"part", "regime", "metric", "test", "m", "n", "flag", "model", "pool", "kind", "convention", "conventions",
+            "dependence"}
     out = []
     for r in rows:
         row: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from zcp.validate.calibration.tests import (
     bonferroni,
     cell_rng,
     kind_of,
+    permutation_pvalues,
     progress_bar,
     rate_row,
 )
@@ -262,6 +263,108 @@ def power_grid(pw: PowerSettings, spec: SimSpec, alphas: Sequence[float], seed: 
         for t, p in pv.items():
             rows.append(rate_row(p, alphas, part="power", regime=reg, metric=kind_of(reg), test=t, m=m, n=n,
                                  accuracy=acc, effect=e))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# (a) over answer conventions: the multi-convention verdict (Bonferroni over every (convention, metric))
+
+CONVENTION_DEPENDENCE = ("identical", "shifted", "independent")
+MULTICONV = "multiconv"  # the metric name of the multi-convention verdict's rows
+
+
+@dataclass
+class ConventionGridSettings:
+    """conf/calibration.yaml `conventions`: simulated nulls where each item is probed under C answer conventions.
+
+    dependence: `identical` (every convention scores the same latent, per-convention noise `near_noise`: the
+    conventions nearly identical), `shifted` (a per-convention logit offset spread over [-shift, shift], a
+    per-(item, convention) effect of sd `item_noise`, the version noise shared with correlation `rho`), or
+    `independent` (the offsets and item effects, version noise and Bernoulli draws independent across conventions:
+    they share the item level only)."""
+
+    accuracy: Sequence[float] = (0.05, 0.25, 0.5, 0.9)
+    m: Sequence[int] = (1, 3, 9)
+    n: Sequence[int] = (25, 100)
+    conventions: Sequence[int] = (2, 4)  # C: conventions per item
+    dependence: Sequence[str] = CONVENTION_DEPENDENCE
+    replicates: int = 600
+    B: int = 999
+    shift: float = 1.0  # the offsets' spread on the logit scale (shifted, independent)
+    item_noise: float = 0.5  # sd of the per-(item, convention) effect (shifted, independent)
+    rho: float = 0.7  # shifted: correlation of a version's noise across conventions
+    near_noise: float = 0.05  # identical: sd of the per-convention noise
+
+
+def simulate_conventions(rng: np.random.Generator, accuracy: float, m: int, n: int, replicates: int, C: int,
+                         dependence: str, g: ConventionGridSettings = ConventionGridSettings(),
+                         spec: SimSpec = SimSpec()) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per convention the four metrics of `simulate_joint` ({metric: (orig (R, n), ref (R, n, m))}), dependent
+    across conventions as `dependence` says (ConventionGridSettings). Version j of item i under convention c has
+    the latent z = logit q_i + a_c + u_ic + sigma (rho e_ij + sqrt(1 - rho^2) e_ijc); the full-CoT generation has
+    no pre-fill, so its correctness (con's other half) is one draw per version shared by every convention. Under
+    H0 the versions of an item are i.i.d. given the item's quantities, jointly over the conventions: relabelling
+    the same version as original in every convention leaves the law unchanged (the joint null)."""
+    if dependence not in CONVENTION_DEPENDENCE:
+        raise ValueError(f"unknown dependence {dependence!r}; use one of {CONVENTION_DEPENDENCE}")
+    shape = (replicates, n, m + 1)
+    q = item_levels(rng, accuracy, (replicates, n), spec.concentration)
+    base = _logit(q)[..., None]
+    shared = rng.standard_normal(shape)
+    sigma = spec.joint_noise
+    cot = rng.random(shape) < sps_special.expit(base + sigma * shared + 1.5)
+    u_acc, u_con = rng.random(shape), rng.random(shape)  # shared Bernoulli draws unless independent
+    offsets = np.zeros(C) if dependence == "identical" else np.linspace(-g.shift, g.shift, C)
+    out = []
+    for c in range(C):
+        if dependence == "identical":
+            z = base + sigma * shared + g.near_noise * rng.standard_normal(shape)
+        else:
+            rho = g.rho if dependence == "shifted" else 0.0
+            own = rng.standard_normal(shape)
+            z = (base + offsets[c] + g.item_noise * rng.standard_normal((replicates, n, 1))
+                 + sigma * (rho * shared + np.sqrt(1 - rho**2) * own))
+        if dependence == "independent":
+            u_acc, u_con = rng.random(shape), rng.random(shape)
+        p_all = np.clip(sps_special.expit(z + 0.3 * rng.standard_normal(shape)), EPS, 1.0)
+        p_first = np.clip(sps_special.expit(z + 1.0 + 0.5 * rng.standard_normal(shape)), EPS, 1.0)
+        acc = u_acc < sps_special.expit(z)
+        con = (acc & cot) | (~acc & ~cot & (u_con < 0.2))
+        metrics = {"acc": acc.astype(np.float64), "con": con.astype(np.float64), "p_first": p_first, "p_all": p_all}
+        out.append({k: (v[..., 0], v[..., 1:]) for k, v in metrics.items()})
+    return out
+
+
+def convention_grid(g: ConventionGridSettings, spec: SimSpec, alphas: Sequence[float], seed: int,
+                    progress: bool = True) -> list[dict[str, Any]]:
+    """Type-I error of the multi-convention verdict over (dependence, C, accuracy, m, n): rows `multiconv`
+    (Bonferroni over every (convention, metric) p-value of the library's permutation tests, C x 4 of them, as
+    zcp.probe.stats.combine_conventions) and, for reference, `combined` (one convention's verdict, Bonferroni
+    over its four metrics). Regime `<dependence>, C=<C>`; part `a-conv`."""
+    cells = [(dep, C, acc, m, n) for dep in g.dependence for C in g.conventions for acc in g.accuracy
+             for m in g.m for n in g.n]
+    rows: list[dict[str, Any]] = []
+    bar = progress_bar(len(cells), "conventions", progress)
+    for dep, C, acc, m, n in cells:
+        rng = cell_rng(seed, "conventions", dep, C, acc, m, n)
+        data = simulate_conventions(rng, acc, m, n, g.replicates, C, dep, g, spec)
+        per_conv = []
+        for conv in data:
+            ps = []
+            for metric, (orig, ref) in conv.items():
+                p, _ = permutation_pvalues(kind_of(metric), orig, ref, g.B, rng, alphas, stop_above=max(alphas))
+                ps.append(p)
+            per_conv.append(ps)
+        regime = f"{dep}, C={C}"
+        common = {"part": "a-conv", "regime": regime, "test": "permutation", "m": m, "n": n, "accuracy": acc,
+                  "conventions": C, "dependence": dep, "discrete_limited": False}
+        rows.append(rate_row(bonferroni([p for ps in per_conv for p in ps]), alphas, metric=MULTICONV,
+                             n_tests=C * len(per_conv[0]), **common))
+        rows.append(rate_row(bonferroni(per_conv[0]), alphas, metric=COMBINED, n_tests=len(per_conv[0]), **common))
         if bar is not None:
             bar.update(1)
     if bar is not None:
