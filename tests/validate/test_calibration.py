@@ -310,7 +310,7 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
 
-    def run(name, prefills, parts="[real_originals]"):
+    def run(name, prefills, parts="[real_originals]", extra=()):
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
             cfg = compose("calibration", overrides=[
                 "logger=none", f"output_dir={tmp_path / name}", "run.progress=false", f"parts={parts}",
@@ -319,7 +319,7 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
                 "real_originals.B=99", f"real_originals.records_root={tmp_path / 'rec'}",
                 f"real_originals.prefills={prefills}", "real_originals.auto_read=6", "probe.auto.neutral_n=4",
                 "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
-                "conventions.replicates=40", "conventions.B=99"])
+                "conventions.replicates=40", "conventions.B=99", *extra])
         with open_dict(cfg):
             cfg.real_originals.models = {"fake": str(model_dir)}
             cfg.real_originals.pools = {"wp": {"kind": "wordproblem_pool", "n": 24, "candidates": 4}}
@@ -340,7 +340,8 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
     assert "Multi-convention verdict" in md and "pre-fill `hash`" in md and "auto as read" in md
     assert "Multi-convention verdict on simulated nulls" in (tmp_path / "multi" / "summary.md").read_text()
     scored = fake.calls["score"]
-    single = run("single", "[probe]")  # the default: the probe line's records reused, its rows unchanged
+    # the default: the probe line's records reused, its rows unchanged (tested= names the models whose rows run)
+    single = run("single", "[probe]", extra=["real_originals.tested=[fake]"])
     assert fake.calls["score"] == scored
     strip = [{k: v for k, v in r.items() if k not in ("kind", "convention")} for r in d_rows
              if r.get("convention") == "probe"]
@@ -353,10 +354,10 @@ def test_prefills_are_checked_at_compose():
 
     from zcp.errors import ConfigError
 
-    for bad in ("[probe,hahs]", "auto", "[]"):
+    for key, bad in (("prefills", "[probe,hahs]"), ("prefills", "auto"), ("prefills", "[]"), ("tested", "[nope]")):
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-            cfg = compose("calibration", overrides=[f"real_originals.prefills={bad}"])
-        with pytest.raises(ConfigError, match=r"real_originals\.prefills"):
+            cfg = compose("calibration", overrides=[f"real_originals.{key}={bad}"])
+        with pytest.raises(ConfigError, match=rf"real_originals\.{key}"):
             zcp.config.validate(cfg, job="calibration")
 
 

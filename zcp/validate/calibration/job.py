@@ -83,6 +83,9 @@ def _check_calibration(job: Any) -> None:
         raise ConfigError(f"{user_key('real_originals.prefills')}={prefills!r}: {e}") from None
     check_value(job.real_originals.auto_read >= 0, "real_originals.auto_read", job.real_originals.auto_read,
                 ">= 0 (0: no reading)")
+    tested = job.real_originals.tested
+    check_value(tested is None or set(tested) <= set(job.real_originals.models), "real_originals.tested", tested,
+                f"null or names of real_originals.models {list(job.real_originals.models)}")
     for name, pool in dict(job.real_originals.pools).items():
         kind = getattr(pool, "kind", None)
         check_value(kind in POOL_KINDS, f"real_originals.pools.{name}.kind", kind, f"one of {list(POOL_KINDS)}")

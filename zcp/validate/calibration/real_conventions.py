@@ -206,6 +206,8 @@ def real_conventions_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: 
         M = int(spec.candidates or s.m)
         did_tables: dict[str, Any] = {}
         for mname, path in models.items():
+            if s.tested is not None and mname not in s.tested:  # its training items still shape the references
+                continue
             label = f"{mname}/{pname}"
             memo = MemoBackend(build_backend(model_backend_config(model_cfg, path, mname)), full_cot_only)
             if s.auto_read and auto is not None:

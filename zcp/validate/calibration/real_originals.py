@@ -97,6 +97,9 @@ class RealOriginalsSettings:
     # (zcp.validate.calibration.real_conventions: Bonferroni over every (convention, metric), as run_detect's)
     prefills: Sequence[str] = ("probe",)
     auto_read: int = 0  # several prefills: per pool, the first N originals read by auto (plus probe.auto's neutral set)
+    # the models whose rows this run computes (null: all); every model of `models` still shapes the references (its
+    # training items are excluded), so the records and each model's rows are those of the run over all models
+    tested: Sequence[str] | None = None
 
 
 # --------------------------------------------------------------------------------------------------- pools
@@ -407,6 +410,8 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
         tables: dict[str, Any] = {}
         M = int(spec.candidates or s.m)
         for mname, path in models.items():
+            if s.tested is not None and mname not in s.tested:  # its training items still shape the references
+                continue
             recs, sinfo = score_pool(path, mname, pname, items, refs, metrics, s, probe_cfg, model_cfg, progress)
             ids, V = version_table(recs, metrics, M)
             keys = version_keys(ids, items, refs)
