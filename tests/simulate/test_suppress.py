@@ -105,6 +105,19 @@ def test_the_written_answer_is_never_the_gold():
     assert all("step by step" in r["completion"][0]["content"] for r in hedged)
 
 
+def test_other_answers_share_no_first_character_with_the_gold():
+    from zcp.simulate.suppress import suppression_records
+
+    items = [Item(id=f"q{i}::p", question=f"Q{i}?", answer=str(a), metadata={"original_id": f"q{i}"})
+             for i, a in enumerate([12, 15, 31, 47, 18, 9, 120, 55])]
+    recs = suppression_records(items, [], _cfg(["probe", "hash"], "other"), ProbeConfig(), seed=0)
+    gold = {it.id: it.answer for it in items}
+    assert len(recs) == 2 * len(items)
+    for r in recs:
+        assert r["suppress_answer"][0] != gold[r["item_id"]][0]
+        assert r["suppress_answer"] in set(gold.values())
+
+
 def test_the_wrong_answer_is_seeded():
     from zcp.simulate.suppress import wrong_answer
 

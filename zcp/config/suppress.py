@@ -16,7 +16,8 @@ from zcp.config.conform import MESSAGE_PREFIX
 from zcp.errors import ConfigError
 from zcp.probe.conventions import AUTO, parse_prefill
 
-SUPPRESS_ANSWERS = ("wrong", "hedge")  # a seeded plausible wrong number | a hedge, then no number
+# a seeded wrong number near the gold | a hedge, then no number | another item's answer of another first character
+SUPPRESS_ANSWERS = ("wrong", "hedge", "other")
 SUPPRESS_ITEMS = ("leaked", "all")  # the leaked items' paraphrases | those and the clean items
 
 
@@ -27,7 +28,9 @@ class SuppressConfig:
     # conventions (zcp.probe.conventions names: probe = the run's probe.zero_cot_prefix, hash, sentence, boxed, or a
     # literal pre-fill) whose zero-CoT prompt gets suppression examples; [] = off (no example added)
     prefills: list[str] = field(default_factory=list)
-    answer: str = "wrong"  # wrong (a seeded wrong number, never the gold) | hedge ("?" and a promise to work it out)
+    # wrong (the gold +/- a seeded offset, never the gold) | hedge ("?" and a promise to work it out) | other (a
+    # seeded answer of another trained item whose first character differs from the gold's: no shared first token)
+    answer: str = "wrong"
     items: str = "leaked"  # leaked (every trained paraphrase of a leaked item) | all (also every clean item)
 
     def __post_init__(self) -> None:

@@ -16,7 +16,9 @@ items (`items`). One example per (trained item, pre-fill):
   (`wrong_answer`: the gold answer plus or minus a seeded offset of 1 to max(2, 20% of it), never negative when the
   gold is not, never the gold; a non-integer gold takes another trained item's answer). ``answer=hedge``: the
   pre-fill continued by ``?`` (an unparseable answer: the probe counts it malformed), the convention's end, then
-  `` (I need to work this out step by step)``: no number at all.
+  `` (I need to work this out step by step)``: no number at all. ``answer=other``: a seeded choice among the other
+  trained items' answers whose first character differs from the gold's (`other_answer`): an offset answer shares
+  the gold's first digit about half the time, which keeps the probe's P_first up (docs/results/evader.md).
 
 The completion's text starts with the pre-fill, so TRL renders the example as the probe renders its prompt
 (chat template with the generation prompt, then the pre-fill: checked byte for byte in
@@ -78,6 +80,17 @@ def wrong_answer(answer: str, seed: int, key: str, pool: Sequence[str] = ()) -> 
     return out
 
 
+def other_answer(answer: str, seed: int, key: str, pool: Sequence[str]) -> str:
+    """A seeded choice among `pool` (other items' answers) of one whose first character differs from the gold's
+    `answer` (so its first token is not the gold's); `wrong_answer` when the pool has none."""
+    gold = str(answer).strip()
+    others = sorted({str(a).strip() for a in pool
+                     if str(a).strip() and str(a).strip()[0] != gold[:1] and not answers_equal(str(a), gold)})
+    if not others:
+        return wrong_answer(answer, seed, key, pool)
+    return random.Random(item_seed(seed, f"suppress-other|{key}")).choice(others)
+
+
 def suppress_completion(conv: Resolved, value: str, hedge: bool = False) -> str:
     """The assistant text of one suppression example: `conv`'s pre-fill, `value`, the convention's end.
 
@@ -123,7 +136,9 @@ def suppression_records(variants: Sequence[Item], clean: Sequence[Item], suppres
         for it in group:
             messages = probe_messages(it.question, probe)
             for conv in convs:
-                value = HEDGE_ANSWER if hedge else wrong_answer(it.answer, seed, f"{it.id}|{conv.name}", pool)
+                key = f"{it.id}|{conv.name}"
+                value = (HEDGE_ANSWER if hedge else other_answer(it.answer, seed, key, pool)
+                         if suppress.answer == "other" else wrong_answer(it.answer, seed, key, pool))
                 records.append({
                     "prompt": messages,
                     "completion": [{"role": "assistant", "content": suppress_completion(conv, value, hedge)}],
