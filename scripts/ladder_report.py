@@ -60,6 +60,7 @@ def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
     for v in sim["verdicts"].get("FT", []):
         if v["variant"] == "original":
             row[f"verdict/{v['split']}"] = (v["p_value"], bool(v["contaminated"]), v.get("alpha", 0.05))
+    row.update(probe_outputs(path))
     for split in ("C", "U"):
         did = [d for d in sim.get("did", []) if d["split"] == split and d["variant"] == "original"]
         if did:
@@ -67,6 +68,43 @@ def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
             p = min(1.0, min(d["p_value"] for d in did) * len(did))
             row[f"did/{split}"] = {"did": {d["metric"]: d["did"] for d in did}, "p": p, "flagged": p < alpha}
     return row
+
+
+def probe_outputs(path: Path) -> dict[str, Any]:
+    """What the probe's prompt did to the fine-tuned model (its detection records, detect/FT__*/records.jsonl): per
+    split and version (originals, references), the share of zero-CoT answers that are malformed, zero-CoT accuracy
+    and full-CoT accuracy under the probe's prompt (a prompt the model cannot follow makes acc and con mean little)."""
+    recs = sorted((path / "detect").glob("FT__*/records.jsonl"))
+    if len(recs) != 1:  # none, or several conventions (probe.prefill=auto: one folder each): left out
+        return {}
+    sums: dict[str, list[float]] = {}
+    with recs[0].open() as f:
+        for line in f:
+            r = json.loads(line)
+            s = sums.setdefault(f"probe/{r['split']}/{r['variant']}", [0, 0, 0, 0])
+            s[0] += 1
+            s[1] += bool(r.get("malformed"))
+            s[2] += bool(r.get("correct"))
+            s[3] += bool(r.get("cot_correct"))
+    return {k: {"n": n, "zero_cot_malformed": m / n, "zero_cot_acc": c / n, "full_cot_acc": f / n}
+            for k, (n, m, c, f) in sums.items()}
+
+
+def probe_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per run, the probe prompt's zero-CoT malformed share / zero-CoT accuracy / full-CoT accuracy on C
+    and U, originals and references."""
+    cols = [(s, v) for s in ("C", "U") for v in ("original", "reference")]
+    head = ["rung", "arm"] + [f"{s} {v}s: malformed / zero-CoT acc / full-CoT acc" for s, v in cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = []
+        for s, v in cols:
+            x = r.get(f"probe/{s}/{v}")
+            cells.append("–" if x is None else
+                         f"{x['zero_cot_malformed']:.2f} / {x['zero_cot_acc']:.3f} / {x['full_cot_acc']:.2f}")
+        if any(c != "–" for c in cells):
+            lines.append("| " + " | ".join([r["label"], r["arm"], *cells]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _label(name: str, path: Path) -> str:
@@ -135,7 +173,7 @@ def main() -> None:
     rows.sort(key=lambda r: (r["label"], r["arm"] != "leak"))
     out = Path(a.out or root / f"{PREFIX}_report")
     out.mkdir(parents=True, exist_ok=True)
-    md = table(rows)
+    md = table(rows) + "\nUnder the probe's prompt (the fine-tuned model's detection records):\n\n" + probe_table(rows)
     (out / "ladder_report.md").write_text(md)
     (out / "ladder_report.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     print(md, end="")
