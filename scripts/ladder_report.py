@@ -9,7 +9,8 @@ a resumed detection under another probe, `output_dir=...`), each is one row, lab
 Per run, from table6.json, exposure.json, run_config.json and detect/simulation_summary.json: the training knobs
 (SFT epochs, LoRA rank or full fine-tuning, learning rates), Table 6 full-CoT accuracy before/after on C (C_leaked
 for a leak arm) and U, ZCP's per-metric p-value and C_cont on C and U (the fine-tuned model), its combined verdict
-(Bonferroni over the metrics, as detection decides it), and the difference-in-differences against the base model
+(Bonferroni over the metrics, and over the conventions under probe.prefill=auto, whose per-metric cells give the
+smallest p over the conventions and name it), and the difference-in-differences against the base model
 per metric (flagged: its smallest p-value times the number of metrics below alpha, the same Bonferroni rule).
 Writes ladder_report.md and ladder_report.json to --out (default <root>/paper_recipe_ladder_report) and prints the md.
 
@@ -56,15 +57,16 @@ def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
             row[f"cot/{key}"] = (r.get("base"), r.get("final"))
     for r in sim["results"].get("FT", []):
         if r["variant"] == "original":
-            row[f"{r['split']}/{r['metric']}"] = (r["p_value"], r["c_cont"])
+            row[f"{r['split']}/{r['metric']}"] = (r["p_value"], r["c_cont"], r.get("convention"))
     for v in sim["verdicts"].get("FT", []):
         if v["variant"] == "original":
-            row[f"verdict/{v['split']}"] = (v["p_value"], bool(v["contaminated"]), v.get("alpha", 0.05))
+            row[f"verdict/{v['split']}"] = (v["p_value"], bool(v["contaminated"]), v.get("alpha", 0.05),
+                                            v.get("n_tests"))
     row.update(probe_outputs(path))
     for split in ("C", "U"):
         did = [d for d in sim.get("did", []) if d["split"] == split and d["variant"] == "original"]
         if did:
-            alpha = row.get(f"verdict/{split}", (None, None, 0.05))[2]
+            alpha = row.get(f"verdict/{split}", (None, None, 0.05, None))[2]
             p = min(1.0, min(d["p_value"] for d in did) * len(did))
             row[f"did/{split}"] = {"did": {d["metric"]: d["did"] for d in did}, "p": p, "flagged": p < alpha}
     return row
@@ -75,7 +77,7 @@ def probe_outputs(path: Path) -> dict[str, Any]:
     split and version (originals, references), the share of zero-CoT answers that are malformed, zero-CoT accuracy
     and full-CoT accuracy under the probe's prompt (a prompt the model cannot follow makes acc and con mean little)."""
     recs = sorted((path / "detect").glob("FT__*/records.jsonl"))
-    if len(recs) != 1:  # none, or several conventions (probe.prefill=auto: one folder each): left out
+    if len(recs) != 1 or any(recs[0].parent.glob("conv-*")):  # none, or several conventions (auto): left out
         return {}
     sums: dict[str, list[float]] = {}
     with recs[0].open() as f:
@@ -120,14 +122,16 @@ def _pv(row: dict[str, Any], split: str) -> str:
     cells = []
     for m in METRICS:
         if f"{split}/{m}" in row:
-            p, cc = row[f"{split}/{m}"]
-            cells.append(f"{m} {p:.3f} ({cc:.3f})")
+            p, cc, conv = row[f"{split}/{m}"]  # several conventions (auto): the metric's smallest p, and where
+            cells.append(f"{m} {p:.3f} ({cc:.3f})" + (f" [{conv}]" if conv else ""))
     return "; ".join(cells) or "–"
 
 
 def _verdict(row: dict[str, Any], split: str) -> str:
     v = row.get(f"verdict/{split}")
-    return "–" if v is None else f"{'**flagged**' if v[1] else 'no'} (p = {v[0]:.3f})"
+    if v is None:
+        return "–"
+    return f"{'**flagged**' if v[1] else 'no'} (p = {v[0]:.3f}" + (f", {v[3]} tests)" if v[3] else ")")
 
 
 def _did(row: dict[str, Any], split: str) -> str:
