@@ -40,9 +40,9 @@ def _baseline_cell(row: dict[str, Any] | None) -> str:
     parts = []
     for split in ("C", "U"):
         d = row.get(split) or {}
-        flag = d.get("decision")
-        parts.append("–" if d.get("p") is None and flag is None else
-                     (f"**{_p(d.get('p'))}**" if flag else _p(d.get("p"))))
+        flag, p = d.get("decision"), d.get("p")
+        text = _p(p) if p is not None else ("–" if flag is None else ("yes" if flag else "no"))  # a rule: no p
+        parts.append(f"**{text}**" if flag else text)
     auroc = row.get("auroc")
     return f"{parts[0]} / {parts[1]} (AUROC {auroc:.2f})" if auroc is not None else f"{parts[0]} / {parts[1]}"
 
@@ -52,7 +52,8 @@ def _acc(x: Any) -> str:
 
 
 def detector_table(runs: list[dict[str, Any]]) -> list[str]:
-    """One row per detector, one column per run: p on C / p on U (bold: flagged at 0.05), AUROC C vs U."""
+    """One row per detector, one column per run: p on C / p on U (bold: flagged at 0.05; a rule-based detector
+    without a p, e.g. DPCC: yes / no), AUROC C vs U."""
     head = "| detector | " + " | ".join(r["label"] for r in runs) + " |"
     lines = [head, "|---|" + "---|" * len(runs)]
 
