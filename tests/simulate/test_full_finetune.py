@@ -36,7 +36,7 @@ def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
     no_key = json.loads(json.dumps(default))
     del no_key["train"]["finetune"]
     assert _run_dir(default) == _run_dir(no_key) != _run_dir(full)
-    with pytest.raises(ConfigError, match="train.finetune"):
+    with pytest.raises(ConfigError, match=r"train\.finetune"):
         validate(_compose("experiment=paper_recipe", "train.finetune=half"), job="contaminate")
 
 
