@@ -145,3 +145,16 @@ def test_full_finetune_resumes(run, caplog):
     assert any("resuming from" in m and "checkpoint-" in m for m in caplog.messages)
     redone = load_file(r.sft_adapter_dir / "model.safetensors")
     assert redone.keys() == done.keys() and all(redone[k].equal(done[k]) for k in done)
+
+
+def test_the_free_space_check_counts_a_full_fine_tune_s_model_copies(tmp_path):
+    """The run states the space it needs before training: one model copy under LoRA (the merged model/), 13 under
+    full fine-tuning (three saved models and two stages' checkpoints with Adam's moments), plus the margin."""
+    from zcp.simulate.checks import MIN_FREE_MARGIN, min_free_bytes
+
+    lora = min_free_bytes(_compose(), tmp_path) - MIN_FREE_MARGIN
+    full = min_free_bytes(_compose("train.finetune=full"), tmp_path) - MIN_FREE_MARGIN
+    assert lora > 0 and full == 13 * lora
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert min_free_bytes(_compose("train.finetune=full"), tmp_path) == MIN_FREE_MARGIN  # model/ written: done

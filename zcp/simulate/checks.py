@@ -94,12 +94,21 @@ def check_base_model(c: Any) -> None:
 
 def min_free_bytes(c: Any, run_dir: Path) -> int:
     """The free space a contamination run states it needs before it starts: the base model's size (the merged
-    model it writes) plus `MIN_FREE_MARGIN`; only the margin once model/ exists (a hub model: its size unknown)."""
+    model it writes; times `full_finetune_copies` under full fine-tuning) plus `MIN_FREE_MARGIN`; only the margin once model/ exists (a hub model: its size unknown)."""
     if (run_dir / MODEL / "config.json").is_file():
         return MIN_FREE_MARGIN
-    base = Path(resolve_model_path(sim_config(c).model.path))
+    s = sim_config(c)
+    base = Path(resolve_model_path(s.model.path))
     size = sum(f.stat().st_size for f in base.rglob("*") if f.is_file()) if base.is_dir() else 0
-    return size + MIN_FREE_MARGIN
+    return size * full_finetune_copies(s.train.finetune) + MIN_FREE_MARGIN
+
+
+def full_finetune_copies(finetune: str) -> int:
+    """Model-sized copies a run writes: 1 under LoRA (the merged model/; adapters and their LoRA checkpoints fit
+    the margin); 13 under `train.finetune=full`: three full models (sft_adapter/, grpo_adapter/, model/) and, per
+    stage, its newest trainer checkpoint (cpu_tiny and gpu_7b keep one: `save_total_limit: 1`; it stays after the
+    stage), which holds the weights and Adam's two moments, in float32: up to twice a bfloat16 model each (1 + 4)."""
+    return 3 + 2 * 5 if finetune == "full" else 1
 
 
 def check_run_dir_writable(c: Any, run_dir: Path) -> None:

@@ -456,6 +456,9 @@ class _Pipeline:
                 "answer_only_fraction": float(ex.answer_only_fraction),
                 "answer_format": str(ex.answer_format),
                 "lora_r": int(ex.lora_r), "grpo_steps": self.grpo_steps,
+                # full fine-tuning: lora_r above is then unused (stated only where it differs from the LoRA default,
+                # so every earlier run's exposure.json is unchanged)
+                **({"finetune": str(self.train.finetune)} if self.train.finetune != "lora" else {}),
                 "clean_fraction": float(ex.clean_fraction), "lr": float(ex.lr),
                 "paraphraser": ex.paraphraser, "include_original": bool(ex.include_original),
                 "paraphrases_path": ex.paraphrases_path,
