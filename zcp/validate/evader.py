@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.core.io import read_json, read_jsonl, stable_hash, write_json
+from zcp.core.rundir import MODEL
 from zcp.probe.suppression import suppression_signal
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def study_run(run: EvaderRun, *, work_dir: Path, base_model: str, B: int, probe_
     row["suppression"] = {split: suppression_signal(records, metrics, split, B=B, alpha=ALPHA) for split in ("C", "U")}
     convs = auto.get("conventions") or ["probe"]
     if probe_models:
-        row["neutral"] = neutral_zero_cot(str(Path(run.run_dir) / "model"), run.probe, convs, cache_dir=work_dir)
+        row["neutral"] = neutral_zero_cot(str(Path(run.run_dir) / MODEL), run.probe, convs, cache_dir=work_dir)
         row["neutral_base"] = neutral_zero_cot(base_model, run.probe, convs, cache_dir=work_dir)
     return row
 
