@@ -148,6 +148,7 @@ def _detect(root: Path, out: Path, *flags: str) -> tuple[str, list[str]]:
     return res.stdout + res.stderr, (res.stdout + res.stderr).splitlines()
 
 
+@pytest.mark.slow  # ~35 s: two entry-point runs; make test-all
 def test_entry_point_console_without_and_with_verbose(detect_inputs, tmp_path):
     text, lines = _detect(detect_inputs, tmp_path / "quiet")
     assert not [x for x in lines if x.startswith("wandb:")], text

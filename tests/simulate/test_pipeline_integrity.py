@@ -385,6 +385,7 @@ print("DONE", json.dumps(sim["results"]["base"], sort_keys=True))
 """
 
 
+@pytest.mark.slow  # ~20 s: two tiny simulations; make test-all
 def test_two_simulations_share_the_base_model_detection(tmp_path, tiny_model, monkeypatch):
     """Simulation A (this process) holds the shared base-detect dir while simulation B (a second process, in a
     sibling run dir) reaches it: B waits for A instead of refusing ("use another output_dir" could not help),

@@ -335,6 +335,7 @@ def test_study_report_puts_a_sham_run_in_its_own_table(tmp_path):
 # ------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow  # ~11 s: a tiny sham training; make test-all (the sham logic stays in the unit tests above)
 def test_a_sham_run_trains_and_reports_arm_sham(tmp_path):
     """The reduced demo with leak_fraction=0 (detection on the FT model only): it trains on the sham items,
     says arm sham in the result, exposure.json and simulation summary, and C stays one split."""
