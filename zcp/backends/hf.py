@@ -106,6 +106,13 @@ class HFBackend(TokenizedBackend):
         return int(n) if n else None
 
     # ------------------------------------------------------------------ scoring
+    @property
+    def score_block(self) -> int:
+        """Requests per `score` call that fill its batches: 4 x `max_batch_size` (a call's rows spread over a few
+        length buckets, each batched apart). Detection at the default chunk size probes this many units per call
+        (`zcp.probe.detect.probe_block`): fewer, fuller forward passes, the same scores (batch invariance)."""
+        return 4 * self.max_batch_size
+
     def batches(self, lengths: Sequence[int], max_rows: int) -> list[list[int]]:
         """Indices grouped into length-sorted batches under the token budget."""
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])

@@ -372,7 +372,8 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         it = unit_item.get(_key(r))
         if it is not None:
             known.setdefault((it.question, it.answer), r)
-    chunks = [todo[i : i + settings.chunk_size] for i in range(0, len(todo), settings.chunk_size)]
+    size = probe_block(backend, settings.chunk_size)
+    chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
     bar = None
     if settings.progress and chunks:
         from tqdm.auto import tqdm
@@ -398,6 +399,17 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         bar.close()
     wanted = set(keys)
     return [r for r in store.records if _key(r) in wanted]
+
+
+def probe_block(backend: Backend, chunk_size: int) -> int:
+    """Units probed per backend call and appended together (the unit of resume): `chunk_size`, except that at the
+    default (RunConfig.chunk_size) a backend whose batches hold more rows (`score_block`, e.g. HFBackend: 4 x its
+    rows per batch) gets that many. 64 units spread over a few length buckets make forward passes of ~20 rows, each
+    paying the per-pass cost (on CPU the threads' synchronisation at every op) that a full batch shares 256 ways;
+    records do not depend on it (batch invariance), a killed run loses at most the block in flight."""
+    if chunk_size != RunConfig.chunk_size:
+        return chunk_size
+    return max(chunk_size, int(getattr(backend, "score_block", 0) or 0))
 
 
 def item_draws(records: list[dict[str, Any]], metric: str, pick: tuple[int, int] | None = None
