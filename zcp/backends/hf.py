@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,19 +144,23 @@ class HFBackend(TokenizedBackend):
 
     def collate(self, seqs: Sequence[Sequence[int]], left: bool = False,
                 length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pad token lists (to the longest, or to `length`) into (input_ids, attention_mask) on the model's device."""
-        n = max([len(s) for s in seqs] + [length or 0])
-        pad = [self.pad_id] * n
-        zeros, ones = [0] * n, [1] * n
-        if left:  # the padded rows built as lists and converted once (not a tensor per row)
-            rows = [pad[: n - len(s)] + list(s) for s in seqs]
-            masks = [zeros[: n - len(s)] + ones[: len(s)] for s in seqs]
-        else:
-            rows = [list(s) + pad[len(s):] for s in seqs]
-            masks = [ones[: len(s)] + zeros[len(s):] for s in seqs]
-        ids = torch.tensor(rows, dtype=torch.long).reshape(len(seqs), n)
-        mask = torch.tensor(masks, dtype=torch.long).reshape(len(seqs), n)
-        return ids.to(self.device), mask.to(self.device)
+        """Pad token lists (to the longest, or to `length`) into (input_ids, attention_mask) on the model's device.
+
+        Built from one flat buffer of every row's ids and the rows' lengths, not nested lists (converting those
+        cost as much as the rest of scoring's host work): the mask compares each position with its row's length
+        (right padding: position < length; left: position >= width - length), and the ids fill the mask's
+        positions in row order, so each row holds its ids, then (or after) the padding."""
+        lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+        n = max(int(lens.max()) if len(seqs) else 0, length or 0)
+        flat = array("q")
+        for s in seqs:
+            flat.extend(s)
+        pos = torch.arange(n)
+        mask = pos >= n - lens[:, None] if left else pos < lens[:, None]
+        ids = torch.full((len(seqs), n), self.pad_id, dtype=torch.long)
+        if len(flat):
+            ids[mask] = torch.frombuffer(flat, dtype=torch.long)
+        return ids.to(self.device), mask.long().to(self.device)
 
     def _logits(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (all positions for a model without `logits_to_keep`)."""
