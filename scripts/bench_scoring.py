@@ -214,6 +214,39 @@ def _profile(model: str, root: Path, path: str, extra: Sequence[str], top: int =
             "zcp_by_cumulative_time": listed([r for r in rows if "/zcp/" in r[0][0]], 4, "cumulative time (zcp)")}
 
 
+def machine_state() -> dict[str, Any]:
+    """The machine's load average and cumulative CPU time split (/proc/stat jiffies: busy, idle, steal) now, so a
+    run can state the load it ran under and the share of CPU time the hypervisor took (`cpu_split`)."""
+    state: dict[str, Any] = {"time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    if hasattr(os, "getloadavg"):
+        state["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        state["jiffies"] = {"busy": f[0] + f[1] + f[2] + f[5] + f[6], "idle": f[3] + f[4], "steal": f[7]}
+    except (OSError, ValueError, IndexError):
+        pass
+    return state
+
+
+def cpu_split(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """Shares of the machine's CPU time between two `machine_state`s: busy (any process), idle, steal."""
+    if "jiffies" not in before or "jiffies" not in after:
+        return {}
+    d = {k: after["jiffies"][k] - before["jiffies"][k] for k in before["jiffies"]}
+    total = sum(d.values()) or 1
+    return {k: round(v / total, 3) for k, v in d.items()}
+
+
+def _commit(tree: Path | None) -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree or Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     """Marginal units/s of whole run_detect runs vs the raw batched forward (see the module docstring), for the
     shipped model (or --model) and, with --small-model, a 2 x 96 Llama built here; `--runs` runs of each in this
@@ -230,10 +263,13 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     cfg = ProbeConfig(metrics=("p_first", "p_all"))
     qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
     reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
+    start = machine_state()
+    print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}", flush=True)
     report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small}, "runs": args.runs,
-                              "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                              "date": time.strftime("%Y-%m-%d %H:%M"), "overrides": list(args.detect_args),
-                              "models": {}}
+                              "best_of": args.best_of, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(None),
+                              "baseline_tree": args.baseline_tree, "overrides": list(args.detect_args),
+                              "start": start, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         models = {"shipped" if not args.model else Path(args.model).name: args.model or asset_path("base_model")}
         if args.small_model:
@@ -265,6 +301,10 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
             for t, tree in trees.items():
                 profiled[t or "this"] = _profile(models.get("small", next(iter(models.values()))), sizes[args.n],
                                                  args.profile + t, args.detect_args, tree=tree)
+    end = machine_state()
+    report.update(end=end, cpu_split=cpu_split(start, end))
+    print(f"end {end['time_utc']} UTC, load average {end.get('loadavg')}; machine CPU time over the run: "
+          + ", ".join(f"{k} {v:.0%}" for k, v in report["cpu_split"].items()))
     print(f"median of {args.runs} runs (units = items + 1 reference row each; torch threads = "
           f"{torch.get_num_threads()}):")
     for name, figs in runs.items():

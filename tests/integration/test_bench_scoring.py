@@ -71,3 +71,12 @@ def test_e2e_figures_are_the_marginal_rate_against_the_best_raw_forward(tmp_path
     assert fig["ratio"] == pytest.approx((4500 / 21.0) / 2500)
     assert fig["host_ms_per_unit"] == pytest.approx(1e3 * (21.0 / 4500 - 2.0 / 5000))
     assert fig["ratio_cpu"] == pytest.approx((4500 / (58.0 - 17.0)) / (5000 / 3.5))
+
+
+def test_machine_state_and_cpu_split_state_the_load_a_run_ran_under():
+    state = bs.machine_state()
+    assert state["time_utc"][:2] == "20" and len(state["loadavg"]) == 3
+    before = {"jiffies": {"busy": 100, "idle": 300, "steal": 0}}
+    after = {"jiffies": {"busy": 250, "idle": 330, "steal": 20}}
+    assert bs.cpu_split(before, after) == {"busy": 0.75, "idle": 0.15, "steal": 0.1}
+    assert bs.cpu_split({}, after) == {}
