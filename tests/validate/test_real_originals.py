@@ -157,3 +157,36 @@ def test_common_versions_and_cot_check():
     unit = {"split": "s", "variant": "original", "original_id": "a", "draw": 0}
     chk = cot_check({"probe": [{**unit, "cot_prediction": None}], "hash": [{**unit, "cot_prediction": "4"}]})
     assert chk == {"against": "hash", "units": 1, "differ": 1}
+
+
+def test_null_pool_labels_stay_inside_the_tested_versions():
+    """A null pool's original is one of the m + 1 versions the subset's real test compares (the real original
+    and its m kept draws), never a candidate past them: label j plays the original, the other m its references."""
+    from zcp.validate.calibration.real_originals import subset_versions
+
+    V = np.arange(2 * 6, dtype=float).reshape(2, 6, 1)  # 2 items, M = 5 candidates, m = 2 tested
+    keys = np.arange(12).reshape(2, 6)
+    picks = np.array([[0, 1]])
+    X, Y, _ = subset_versions(V, keys, picks, 2, label=np.array([2, 0]))
+    assert X[0, :, 0].tolist() == [2.0, 6.0]
+    assert Y[0, 0, :, 0].tolist() == [0.0, 1.0] and Y[0, 1, :, 0].tolist() == [7.0, 8.0]
+    with pytest.raises(ValueError, match=r"\[0, 2\]"):
+        subset_versions(V, keys, picks, 2, label=np.array([3, 0]))
+
+
+def test_null_pools_are_exact_with_more_candidates_than_tested_draws():
+    """With M = 20 candidates and m = 9 tested draws and originals scoring below their draws (the word-problem
+    pool's case), the exact-null pools reject at most about alpha on average: each relabels within the tested
+    versions. (Drawn among all 21 candidates, as before, the real original sat among the references whenever the
+    label fell past the 9th draw, and this pool's null mean was ~0.07.)"""
+    rng = np.random.default_rng(11)
+    n, M = 300, 20
+    q = rng.beta(2, 5, size=(n, 1))
+    cont = np.clip(q + 0.15 * rng.standard_normal((n, M + 1)), 0.0, 1.0)
+    cont[:, 0] = np.clip(cont[:, 0] - 0.15, 0, 1)
+    V = cont[..., None]
+    s = RealOriginalsSettings(m=9, subsets=100, null_pools=40, B=199)
+    rows = rate_cells(V, ["p_all"], [100], s, seed=0)
+    by = {r["metric"]: r for r in rows}
+    assert by["p_all"]["null_mean"] <= 0.05 + 0.015, by["p_all"]
+    assert by["p_all"]["rate"] == 0.0  # originals below their draws: the one-sided test never rejects

@@ -123,7 +123,7 @@ def convention_rate_cells(Vs: Mapping[str, np.ndarray], metrics: Sequence[str], 
 
             bar = tqdm(total=s.null_pools, desc=f"null pools {desc} N={N_eff}", unit="pool", mininterval=5)
         for _ in range(s.null_pools):
-            lab = rng.integers(0, V0.shape[1], size=n)
+            lab = rng.integers(0, m + 1, size=n)  # among the m + 1 tested versions (subset_versions)
             for k, v in test(lab).items():
                 null_rates[k].append(float(v.mean()))
             if bar is not None:

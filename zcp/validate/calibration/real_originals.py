@@ -256,28 +256,33 @@ def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, 
     """The versions each subset tests: originals X (R, N, k) and references Y (R, N, m, k), and the count of
     (subset, item) pairs that had to keep a colliding draw.
 
-    Per item, version `label[i]` (None: 0, the real original) is the original and the other M versions are its
-    candidate draws in order; in each subset an item keeps the first m candidates that are not another subset
-    item's original (what the builder does with the subset as the benchmark: exclude_benchmark). An item left with
-    fewer than m keeps the first colliding ones too (counted)."""
-    n, m1, _ = V.shape
-    if label is None:
-        label = np.zeros(n, dtype=np.int64)
-    order = relabel_order(label, m1)
-    W = np.take_along_axis(V, order[:, :, None], axis=1)
-    Kw = np.take_along_axis(keys, order, axis=1)
+    Per item, version 0 is the real original and the other M versions are its candidate draws in order; in each
+    subset an item keeps the first m candidates that are not another subset item's original (what the builder does
+    with the subset as the benchmark: exclude_benchmark). An item left with fewer than m keeps the first colliding
+    ones too (counted). These m + 1 versions are what the subset's test compares.
+
+    `label` (n,) in [0, m] (an exact-null pool): per item, the `label[i]`-th of those m + 1 tested versions (0 the
+    real original, j its j-th kept draw) plays the original and the other m, in their order, its references. The
+    relabelling stays inside the set the real test compares, so a uniform label makes every subset's test an exact
+    null (the within-item permutation test's own relabelling). Drawing it among all M + 1 candidates instead, when
+    M > m, would leave the real original among the references whenever the label fell past the m kept draws, and
+    bias the null pools wherever originals and draws differ."""
     R, N = picks.shape
-    orig_keys = Kw[picks, 0]  # (R, N)
-    cand = Kw[picks, 1:]  # (R, N, M)
+    orig_keys = keys[picks, 0]  # (R, N)
+    cand = keys[picks, 1:]  # (R, N, M)
     srt = np.sort(orig_keys, axis=1)
     pos = np.clip(np.array([np.searchsorted(srt[r], cand[r]) for r in range(R)]), 0, N - 1)
     collide = np.take_along_axis(srt[:, None, :].repeat(N, axis=1), pos, axis=2) == cand
     choice = np.argsort(collide, axis=2, kind="stable")[:, :, :m]  # non-colliding first, in draw order
     short = int(np.take_along_axis(collide, choice, axis=2).any(axis=2).sum())
-    Wp = W[picks]  # (R, N, M + 1, k)
-    X = Wp[:, :, 0, :]
-    Y = np.take_along_axis(Wp[:, :, 1:, :], choice[..., None], axis=2)
-    return X, Y, short
+    Vp = V[picks]  # (R, N, M + 1, k)
+    tested = np.concatenate([Vp[:, :, :1, :], np.take_along_axis(Vp[:, :, 1:, :], choice[..., None], axis=2)], axis=2)
+    if label is not None:
+        if int(np.max(label, initial=0)) > m:
+            raise ValueError(f"label must lie in [0, {m}] (the m + 1 tested versions), got {int(np.max(label))}")
+        order = relabel_order(label[picks].reshape(-1), m + 1).reshape(R, N, m + 1)
+        tested = np.take_along_axis(tested, order[..., None], axis=2)
+    return tested[:, :, 0, :], tested[:, :, 1:, :], short
 
 
 def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
@@ -285,8 +290,9 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
                       m: int | None = None) -> dict[str, np.ndarray]:
     """Rejections (R,) per metric and combined for subsets `picks` (R, N) of items with versions V (n, M+1, k).
 
-    `label` (n,): which version plays the original per item (None: version 0, the real original); `keys`/`m`:
-    per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a draw)."""
+    `label` (n,): which of the m + 1 tested versions plays the original per item (None: 0, the real original);
+    `keys`/`m`: per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a
+    draw)."""
     ps = subset_pvalues(V, metrics, picks, B, alpha, rng, label, keys, m)
     out = {mt: rejects(p, alpha) for mt, p in zip(metrics, ps, strict=True)}
     out["combined"] = rejects(bonferroni(ps), alpha)
@@ -330,7 +336,8 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
     """Observed rejection rates on random subsets and the exact-null pools' rates on the same subsets.
 
     V (n, M + 1, k): every item's original and M candidate draws; each subset tests m = `s.m` of them per item
-    (`subset_versions`). A null pool relabels a uniformly drawn version of each item as its original."""
+    (`subset_versions`). A null pool relabels a uniformly drawn one of the m + 1 tested versions of each item as its
+    original (the same label per item in every subset)."""
     n = V.shape[0]
     if keys is None:
         keys = np.arange(n * V.shape[1]).reshape(V.shape[:2])
@@ -355,7 +362,7 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
 
             bar = tqdm(total=s.null_pools, desc=f"null pools {desc} N={N_eff}", unit="pool", mininterval=5)
         for _ in range(s.null_pools):
-            lab = rng.integers(0, V.shape[1], size=n)
+            lab = rng.integers(0, m + 1, size=n)  # among the m + 1 versions each subset tests (subset_versions)
             res = test(lab, rng)
             for k, v in res.items():
                 null_rates[k].append(float(v.mean()))
