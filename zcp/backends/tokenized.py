@@ -205,8 +205,9 @@ class TokenizedBackend(Backend):
     def count_tokens(self, prompts: Sequence[Prompt], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
         """Token counts of rendered prompts (as generation sees them) and of bare texts (e.g. answers)."""
         plen = [len(ids) for ids in self.encode_prompts(prompts)] if prompts else []
-        tlen = [len(ids) for ids in self._tokenize(list(texts), [False] * len(texts))] if texts else []
-        return plen, tlen
+        distinct = list(dict.fromkeys(texts))  # a benchmark's answers repeat: each distinct text tokenised once
+        n = {t: len(ids) for t, ids in zip(distinct, self._tokenize(distinct, [False] * len(distinct)), strict=True)}
+        return plen, [n[t] for t in texts]
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         """Token ids of each rendered prompt, tokenised alone: what `generate` and `score` condition on.
