@@ -29,10 +29,33 @@ def test_excluded_and_benchmark_values_are_never_drawn():
     space = word_problem_value_space("multiply", type(items[0].metadata["limits"]) and
                                      __import__("zcp.benchmarks.wordproblems", fromlist=["NumberRanges"]).NumberRanges())
     seen = {f"multiply:a={a},b={b}" for a, b in space[:20]}
-    rs = build_references(items, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen)))
+    rs = build_references(items, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen),
+                                                                exclude_benchmark="true"))
     bench = {signature(it) for it in items}
     drawn = {signature(r) for v in rs.refs.values() for r in v}
     assert not drawn & seen and not drawn & bench
+
+
+def test_auto_keeps_draws_off_the_benchmark_only_where_the_family_has_room():
+    """exclude_benchmark=auto: off the other items' values only where the values left hold every item's m draws
+    apart (left >= items x m); in a crowded family (30 multiply items, 38 values left, 5 draws each) the draws may
+    take other items' values (never the item's own nor an excluded one), in a roomy one (three_step) never."""
+    from zcp.benchmarks.references.exact import drops_benchmark_values
+
+    assert drops_benchmark_values("auto", 45, 9, 5) and not drops_benchmark_values("auto", 44, 9, 5)
+    assert drops_benchmark_values("true", 0, 9, 5) and not drops_benchmark_values("FALSE", 10**6, 1, 1)
+    crowded = generate_word_problems(30, seed=4, families=["multiply"])
+    rs = build_references(crowded, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(crowded)))
+    fam = rs.report["families"]["multiply"]
+    assert fam["benchmark_values_excluded"] is False and fam["benchmark_items"] == 30
+    bench = {signature(it) for it in crowded}
+    assert {signature(r) for v in rs.refs.values() for r in v} & bench  # other items' values are drawn
+    assert all(signature(r) != signature(it) for it in crowded for r in rs.refs[it.id])
+    roomy = generate_word_problems(20, seed=4, families=["three_step"])
+    rs = build_references(roomy, "wordproblem", 9, BuildContext(seed=0, benchmark=tuple(roomy)))
+    assert rs.report["families"]["three_step"]["benchmark_values_excluded"] is True
+    bench = {signature(it) for it in roomy}
+    assert not {signature(r) for v in rs.refs.values() for r in v} & bench
 
 
 def test_an_item_that_is_no_draw_of_the_generator_is_rejected_with_the_reason():
@@ -44,8 +67,9 @@ def test_an_item_that_is_no_draw_of_the_generator_is_rejected_with_the_reason():
 
 @pytest.mark.parametrize(("families", "n", "exclude_benchmark", "lo", "hi"), [
     (None, 60, "auto", 0.0, 0.12),             # every family, 10 items each
-    (["multiply"], 40, "auto", 0.01, 0.12),    # 40 of multiply's 88 value pairs
+    (["multiply"], 40, "true", 0.01, 0.12),    # 40 of multiply's 88 value pairs, draws kept off the benchmark's
     (["multiply"], 40, "false", 0.0, 0.03),    # draws may take other items' values: conservative
+    (["multiply"], 40, "auto", 0.0, 0.03),     # 48 values left < 40 x 3 draws: auto is "false"
 ])
 def test_within_item_check_on_exact_draws_rejects_at_about_its_level(families, n, exclude_benchmark, lo, hi):
     """Over many generated benchmarks the two-sided within-item test of a feature of the answer (here: 'the

@@ -190,3 +190,45 @@ def test_null_pools_are_exact_with_more_candidates_than_tested_draws():
     by = {r["metric"]: r for r in rows}
     assert by["p_all"]["null_mean"] <= 0.05 + 0.015, by["p_all"]
     assert by["p_all"]["rate"] == 0.0  # originals below their draws: the one-sided test never rejects
+
+
+def test_draws_kept_off_a_crowded_familys_benchmark_values_reject_clean_items_too_often_and_auto_does_not():
+    """The finite-population null behind exclude_benchmark=auto's rule, across pool realisations: 3 families of 50
+    values, each value one pool item's original, every item's 20 candidate draws other items' values of its family,
+    scores = value effect (sd 1) + item effect + noise, no contamination. Subsets of 50 items (~17 per family, 33
+    values left for 9 draws each): keeping each subset's draws off its items' values (exclude_benchmark=true) crowds
+    them into the values left, shared by many items, and rejects ~0.08; auto (those families have no room: draws
+    may take other items' values) stays under alpha."""
+    from zcp.validate.calibration.real_originals import FamilyRule, subset_rejections
+
+    F, P, M, N = 3, 50, 20, 50
+    rates: dict[str, list[float]] = {"true": [], "auto": []}
+    for rep in range(200):  # 200 pool realisations x 25 subsets (~3 s); measured 0.081 / 0.029 (and 0.082 / 0.031)
+        rng = np.random.default_rng(rep)
+        n = F * P
+        fam = np.arange(n) // P
+        value, item = rng.normal(0, 1.0, n), rng.normal(0, 0.5, n)
+        cands = np.stack([rng.choice(np.delete(np.arange(f * P, f * P + P), i - f * P), M, replace=False)
+                          for i, f in zip(range(n), fam, strict=True)])
+        keys = np.concatenate([np.arange(n)[:, None], cands], axis=1)
+        V = (value[keys] + item[:, None] + rng.normal(0, 0.5, keys.shape))[..., None]
+        picks = np.stack([np.sort(rng.choice(n, N, replace=False)) for _ in range(25)])
+        for name, rule in (("true", None), ("auto", FamilyRule(fam, np.full(F, P)))):
+            rates[name].append(float(subset_rejections(V, ["p_all"], picks, 199, 0.05, rng, None, keys, 9,
+                                                       rule)["p_all"].mean()))
+    assert np.mean(rates["true"]) >= 0.07, rates["true"]
+    assert np.mean(rates["auto"]) <= 0.06, rates["auto"]
+
+
+def test_family_rule_skips_colliding_draws_only_in_roomy_families():
+    from zcp.validate.calibration.real_originals import FamilyRule, subset_drops, subset_versions
+
+    # items 0, 1 in family 0 (3 free values: crowded), items 2, 3 in family 1 (1,000 free: roomy)
+    V = np.arange(4 * 4, dtype=float).reshape(4, 4, 1)
+    keys = np.array([[0, 1, 5, 6], [1, 0, 7, 8], [2, 3, 9, 10], [3, 2, 11, 12]])
+    rule = FamilyRule(np.array([0, 0, 1, 1]), np.array([3, 1000]))
+    picks = np.array([[0, 1, 2, 3]])
+    assert subset_drops(rule, picks, 2).tolist() == [[False, False, True, True]]
+    _, Y, _ = subset_versions(V, keys, picks, 2, rule=rule)
+    assert Y[0, 0, :, 0].tolist() == [1.0, 2.0]  # crowded: keeps the draw valued like item 1's original
+    assert Y[0, 2, :, 0].tolist() == [10.0, 11.0]  # roomy: skips the draw valued like item 3's original

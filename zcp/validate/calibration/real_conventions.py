@@ -43,9 +43,11 @@ import numpy as np
 
 from zcp.probe.conventions import PROBE, Resolved, parse_prefill, resolve_entries
 from zcp.validate.calibration.real_originals import (
+    FamilyRule,
     RealOriginalsSettings,
     cell_row,
     did_rows,
+    family_rule,
     full_pool_tests,
     model_backend_config,
     pool_setup,
@@ -88,7 +90,7 @@ def convention_decisions(pv: Mapping[str, Sequence[np.ndarray]], metrics: Sequen
 
 def convention_rate_cells(Vs: Mapping[str, np.ndarray], metrics: Sequence[str], sizes: Sequence[int],
                           s: RealOriginalsSettings, seed: int, keys: np.ndarray | None = None, progress: bool = False,
-                          desc: str = "") -> list[dict[str, Any]]:
+                          desc: str = "", rule: FamilyRule | None = None) -> list[dict[str, Any]]:
     """Observed and exact-null rejection rates of every convention and of the multi-convention verdict.
 
     Vs[c] (n, M + 1, k): convention c's versions of the SAME n items (version 0 the original, then the M candidate
@@ -106,13 +108,13 @@ def convention_rate_cells(Vs: Mapping[str, np.ndarray], metrics: Sequence[str], 
         N_eff = min(int(N), n)
         rng = cell_rng(seed, "real-originals", desc, N_eff)
         picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
-        short = subset_versions(V0, keys, picks, m)[2]
+        short = subset_versions(V0, keys, picks, m, rule=rule)[2]
         rngs = {c: rng if c == PROBE else cell_rng(seed, "real-originals", desc, N_eff, "convention", c) for c in names}
         order = sorted(names, key=lambda c: c != PROBE)  # the probe's line first: right after its label, as in (d)
 
         def test(lab: np.ndarray | None, picks: np.ndarray = picks, rngs: dict = rngs, order: list = order
                  ) -> dict[tuple[str, str], np.ndarray]:
-            pv = {c: subset_pvalues(Vs[c], metrics, picks, s.B, s.alpha, rngs[c], lab, keys, m) for c in order}
+            pv = {c: subset_pvalues(Vs[c], metrics, picks, s.B, s.alpha, rngs[c], lab, keys, m, rule) for c in order}
             return convention_decisions({c: pv[c] for c in names}, metrics, s.alpha)
 
         observed = test(None)
@@ -225,13 +227,16 @@ def real_conventions_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: 
             info["probe_line_cot_check"][label] = cot_check(recs_by)
             ids, Vs = common_versions(tables)
             keys = version_keys(ids, items, refs)
+            rule = family_rule(ids, items, info["pools"][pname]["reference"])
             info["scoring"][f"{label}/common_items"] = len(ids)
-            for r in convention_rate_cells(Vs, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label):
+            for r in convention_rate_cells(Vs, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label,
+                                           rule=rule):
                 rows.append({"part": "d", "model": mname, "pool": pname, **r})
             for c, V in Vs.items():
                 info["scoring"][f"{label}/{c}"]["full_pool"] = full_pool_tests(V[:, : s.m + 1], metrics)
             if PROBE in tables:
                 pids, PV = tables[PROBE]
-                did_tables[mname] = (pids, PV, version_keys(pids, items, refs))
+                did_tables[mname] = (pids, PV, version_keys(pids, items, refs),
+                                     family_rule(pids, items, info["pools"][pname]["reference"]))
         rows += did_rows(did_tables, metrics, pname, s, seed, progress)
     return rows, info

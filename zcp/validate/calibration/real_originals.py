@@ -251,15 +251,53 @@ def relabel_order(label: np.ndarray, m1: int) -> np.ndarray:
     return np.concatenate([label[:, None], rest + (rest >= label[:, None])], axis=1)
 
 
-def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, label: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, int]:
+@dataclass(frozen=True)
+class FamilyRule:
+    """What the builder's exclude_benchmark=auto reads of a subset taken as the benchmark: each item's family
+    (`family`, codes (n,)) and each family's values that are not excluded (`free`, (F,)): the draws keep off the
+    subset's values only where the values left hold every subset item's m draws apart
+    (`zcp.benchmarks.references.exact.drops_benchmark_values`)."""
+
+    family: np.ndarray
+    free: np.ndarray
+
+
+def subset_drops(rule: FamilyRule, picks: np.ndarray, m: int) -> np.ndarray:
+    """(R, N) bool: whether each subset item's family keeps its draws off the subset's values under `rule`."""
+    from zcp.benchmarks.references.exact import drops_benchmark_values
+
+    fam = rule.family[picks]  # (R, N)
+    counts = np.stack([np.bincount(f, minlength=rule.free.size) for f in fam])  # (R, F) subset items per family
+    drops = np.vectorize(lambda left, k: drops_benchmark_values("auto", int(left), int(k), m))(
+        rule.free[None, :] - counts, counts)
+    return np.take_along_axis(drops, fam, axis=1)
+
+
+def family_rule(ids: Sequence[str], items: Sequence[Item], report: Mapping[str, Any]) -> FamilyRule | None:
+    """The `FamilyRule` of a pool whose references report their families' free values (the word-problem builder,
+    built with exclude_benchmark=false: `available` = every value not excluded); None for another pool (ArithMark's
+    families are large: its draws keep off the benchmark's values in every subset, as its builder does)."""
+    fams = report.get("families")
+    if not fams:
+        return None
+    by_id = {it.id: it for it in items}
+    names = sorted(fams)
+    code = {f: j for j, f in enumerate(names)}
+    return FamilyRule(np.array([code[by_id[i].metadata["family"]] for i in ids], dtype=np.int64),
+                      np.array([int(fams[f]["available"]) for f in names], dtype=np.int64))
+
+
+def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, label: np.ndarray | None = None,
+                    rule: FamilyRule | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """The versions each subset tests: originals X (R, N, k) and references Y (R, N, m, k), and the count of
     (subset, item) pairs that had to keep a colliding draw.
 
     Per item, version 0 is the real original and the other M versions are its candidate draws in order; in each
     subset an item keeps the first m candidates that are not another subset item's original (what the builder does
-    with the subset as the benchmark: exclude_benchmark). An item left with fewer than m keeps the first colliding
-    ones too (counted). These m + 1 versions are what the subset's test compares.
+    with the subset as the benchmark under exclude_benchmark=true). With `rule` (the builder's exclude_benchmark=
+    auto, `subset_drops`) only the items of families that rule keeps off the subset's values do so; the others keep
+    their first m candidates. An item left with fewer than m keeps the first colliding ones too (counted). These
+    m + 1 versions are what the subset's test compares.
 
     `label` (n,) in [0, m] (an exact-null pool): per item, the `label[i]`-th of those m + 1 tested versions (0 the
     real original, j its j-th kept draw) plays the original and the other m, in their order, its references. The
@@ -273,6 +311,8 @@ def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, 
     srt = np.sort(orig_keys, axis=1)
     pos = np.clip(np.array([np.searchsorted(srt[r], cand[r]) for r in range(R)]), 0, N - 1)
     collide = np.take_along_axis(srt[:, None, :].repeat(N, axis=1), pos, axis=2) == cand
+    if rule is not None:
+        collide &= subset_drops(rule, picks, m)[:, :, None]
     choice = np.argsort(collide, axis=2, kind="stable")[:, :, :m]  # non-colliding first, in draw order
     short = int(np.take_along_axis(collide, choice, axis=2).any(axis=2).sum())
     Vp = V[picks]  # (R, N, M + 1, k)
@@ -287,13 +327,13 @@ def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, 
 
 def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
                       rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                      m: int | None = None) -> dict[str, np.ndarray]:
+                      m: int | None = None, rule: FamilyRule | None = None) -> dict[str, np.ndarray]:
     """Rejections (R,) per metric and combined for subsets `picks` (R, N) of items with versions V (n, M+1, k).
 
     `label` (n,): which of the m + 1 tested versions plays the original per item (None: 0, the real original);
     `keys`/`m`: per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a
     draw)."""
-    ps = subset_pvalues(V, metrics, picks, B, alpha, rng, label, keys, m)
+    ps = subset_pvalues(V, metrics, picks, B, alpha, rng, label, keys, m, rule)
     out = {mt: rejects(p, alpha) for mt, p in zip(metrics, ps, strict=True)}
     out["combined"] = rejects(bonferroni(ps), alpha)
     return out
@@ -301,26 +341,26 @@ def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, 
 
 def subset_pvalues(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
                    rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                   m: int | None = None) -> list[np.ndarray]:
+                   m: int | None = None, rule: FamilyRule | None = None) -> list[np.ndarray]:
     """The within-item permutation p-values (R,) per metric behind `subset_rejections` (same arguments, same draws
     from `rng`). A Monte Carlo p above alpha is a lower bound (its relabelling stops early): every decision at a
     level <= alpha, Bonferroni's alpha / K included, is the full B's."""
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
-    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
+    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label, rule)
     return [_pvalues(mt, X[..., k], Y[..., k], B, alpha, rng) for k, mt in enumerate(metrics)]
 
 
 def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
                    rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                   m: int | None = None) -> dict[str, np.ndarray]:
+                   m: int | None = None, rule: FamilyRule | None = None) -> dict[str, np.ndarray]:
     """Rejections of the DiD test (the within-item permutation test on per-version model - base differences,
     zcp.probe.did: the simulation's and run_detect's test) per metric and combined, for a model V and its base
     Vb on the same items and versions."""
     if keys is None:
         keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
-    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label)
-    Xb, Yb, _ = subset_versions(Vb, keys, picks, m or V.shape[1] - 1, label)
+    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label, rule)
+    Xb, Yb, _ = subset_versions(Vb, keys, picks, m or V.shape[1] - 1, label, rule)
     out, ps = {}, []
     for k, mt in enumerate(metrics):
         p = permutation_mc(X[..., k] - Xb[..., k], Y[..., k] - Yb[..., k], B, rng, stop_above=alpha)
@@ -332,7 +372,7 @@ def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks:
 
 def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: RealOriginalsSettings, seed: int,
                Vb: np.ndarray | None = None, keys: np.ndarray | None = None, progress: bool = False,
-               desc: str = "") -> list[dict[str, Any]]:
+               desc: str = "", rule: FamilyRule | None = None) -> list[dict[str, Any]]:
     """Observed rejection rates on random subsets and the exact-null pools' rates on the same subsets.
 
     V (n, M + 1, k): every item's original and M candidate draws; each subset tests m = `s.m` of them per item
@@ -347,12 +387,12 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
         N_eff = min(int(N), n)
         rng = cell_rng(seed, "real-originals", desc, N_eff)
         picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
-        short = subset_versions(V, keys, picks, m)[2]
+        short = subset_versions(V, keys, picks, m, rule=rule)[2]
 
         def test(lab: np.ndarray | None, r: np.random.Generator, picks: np.ndarray = picks) -> dict[str, np.ndarray]:
             if Vb is not None:
-                return did_rejections(V, Vb, metrics, picks, s.B, s.alpha, r, lab, keys, m)
-            return subset_rejections(V, metrics, picks, s.B, s.alpha, r, lab, keys, m)
+                return did_rejections(V, Vb, metrics, picks, s.B, s.alpha, r, lab, keys, m, rule)
+            return subset_rejections(V, metrics, picks, s.B, s.alpha, r, lab, keys, m, rule)
 
         observed = test(None, rng)
         null_rates: dict[str, list[float]] = {k: [] for k in observed}
@@ -422,11 +462,12 @@ def real_originals_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: Ma
             recs, sinfo = score_pool(path, mname, pname, items, refs, metrics, s, probe_cfg, model_cfg, progress)
             ids, V = version_table(recs, metrics, M)
             keys = version_keys(ids, items, refs)
+            rule = family_rule(ids, items, info["pools"][pname]["reference"])
             sinfo["items_used"] = len(ids)
             info["scoring"][f"{mname}/{pname}"] = sinfo
-            tables[mname] = (ids, V, keys)
+            tables[mname] = (ids, V, keys, rule)
             label = f"{mname}/{pname}"
-            for r in rate_cells(V, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label):
+            for r in rate_cells(V, metrics, s.sizes, s, seed, keys=keys, progress=progress, desc=label, rule=rule):
                 rows.append({"part": "d", "model": mname, "pool": pname, "kind": "zcp", **r})
             info["scoring"][label]["full_pool"] = full_pool_tests(V[:, : s.m + 1], metrics)
         rows += did_rows(tables, metrics, pname, s, seed, progress)
@@ -456,30 +497,32 @@ def pool_setup(pname: str, raw: Any, s: RealOriginalsSettings, models: Mapping[s
     items = pool_items(spec)
     refs, rep = pool_references(items, spec, s, models)
     info["pools"][pname] = {"kind": spec.kind, "items": len(items), "metrics": metrics,
-                            "reference": {k: rep[k] for k in ("method", "law", "items_with_references", "rejections",
-                                                              "exclusions")},
+                            "reference": {**{k: rep[k] for k in ("method", "law", "items_with_references",
+                                                                 "rejections", "exclusions")},
+                                          "families": rep.get("families")},  # read by family_rule
                             "exchangeability": {k: rep["exchangeability"].get(k)
                                                 for k in ("items", "min_p_bonferroni", "warnings", "leading_digit")}}
     return spec, metrics, items, refs
 
 
-def did_rows(tables: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]], metrics: Sequence[str], pname: str,
-             s: RealOriginalsSettings, seed: int, progress: bool = False) -> list[dict[str, Any]]:
-    """The DiD rows of one pool: every model of `tables` (name -> (ids, V, keys)) against `s.base`, on their
-    common items (none when `s.base` is unset or was not scored)."""
+def did_rows(tables: Mapping[str, tuple[list[str], np.ndarray, np.ndarray, FamilyRule | None]], metrics: Sequence[str],
+             pname: str, s: RealOriginalsSettings, seed: int, progress: bool = False) -> list[dict[str, Any]]:
+    """The DiD rows of one pool: every model of `tables` (name -> (ids, V, keys, family rule)) against `s.base`, on
+    their common items (none when `s.base` is unset or was not scored)."""
     rows: list[dict[str, Any]] = []
     if not s.base or s.base not in tables:
         return rows
-    bids, Vb, _ = tables[s.base]
-    for mname, (ids, V, keys) in tables.items():
+    bids, Vb = tables[s.base][:2]
+    for mname, (ids, V, keys, rule) in tables.items():
         if mname == s.base:
             continue
         common = sorted(set(ids) & set(bids))
         ia = [ids.index(i) for i in common]
         ib = [bids.index(i) for i in common]
         label = f"{mname}-vs-{s.base}/{pname}"
+        sub = None if rule is None else FamilyRule(rule.family[ia], rule.free)
         for r in rate_cells(V[ia], metrics, s.sizes, s, seed, Vb=Vb[ib], keys=keys[ia], progress=progress,
-                            desc=label):
+                            desc=label, rule=sub):
             rows.append({"part": "d", "model": f"{mname} vs {s.base}", "pool": pname, "kind": "did", **r})
     return rows
 
