@@ -32,7 +32,7 @@ values: ~17 items per small family over ~33 values left): the verdict over four 
 (base_model_direct) and 0.10 (base_model) of subsets; with the draws allowed on the other items' values ("false")
 0.023 and 0.007 (docs/results/calibration.md). So "auto" (the default) is "true" only in a family whose values left
 after the benchmark's could hold every item's m draws apart (left >= k x m: `drops_benchmark_values`), else "false"
-(the reserved pool as a whole; the demo's small families: 7 items, ~39 values left).
+(the reserved pool as a whole; the demo's small families: 17 items over 15-41 values left).
 
 Draws are without replacement (m distinct value combinations) from a per-item seeded stream; an item whose law
 leaves fewer than m values gets those, with a rejection naming the count.
