@@ -9,6 +9,7 @@ from zcp.validate.calibration.real_originals import (
     RealOriginalsSettings,
     rate_cells,
     relabel_order,
+    subset_draws,
     subset_rejections,
     version_table,
 )
@@ -69,7 +70,7 @@ def test_subset_rejections_agree_with_the_library_test():
     rng = np.random.default_rng(5)
     V = _pool(rng, 60, 3, 0.2)
     picks = np.stack([np.sort(rng.choice(60, 25, replace=False)) for _ in range(30)])
-    rej = subset_rejections(V, ["acc", "p_all"], picks, 999, 0.05, rng)
+    rej = subset_rejections(V, ["acc", "p_all"], subset_draws(picks, 3), 999, 0.05, rng)
     lib = np.array([paired_test("acc", V[p, 0, 0], V[p, 1:, 0]).p_value <= 0.05 for p in picks])
     assert (rej["acc"] == lib).all()
 
@@ -199,7 +200,7 @@ def test_draws_kept_off_a_crowded_familys_benchmark_values_reject_clean_items_to
     values left for 9 draws each): keeping each subset's draws off its items' values (exclude_benchmark=true) crowds
     them into the values left, shared by many items, and rejects ~0.08; auto (those families have no room: draws
     may take other items' values) stays under alpha."""
-    from zcp.validate.calibration.real_originals import FamilyRule, subset_rejections
+    from zcp.validate.calibration.real_originals import FamilyRule, subset_draws, subset_rejections
 
     F, P, M, N = 3, 50, 20, 50
     rates: dict[str, list[float]] = {"true": [], "auto": []}
@@ -214,8 +215,8 @@ def test_draws_kept_off_a_crowded_familys_benchmark_values_reject_clean_items_to
         V = (value[keys] + item[:, None] + rng.normal(0, 0.5, keys.shape))[..., None]
         picks = np.stack([np.sort(rng.choice(n, N, replace=False)) for _ in range(25)])
         for name, rule in (("true", None), ("auto", FamilyRule(fam, np.full(F, P)))):
-            rates[name].append(float(subset_rejections(V, ["p_all"], picks, 199, 0.05, rng, None, keys, 9,
-                                                       rule)["p_all"].mean()))
+            rates[name].append(float(subset_rejections(V, ["p_all"], subset_draws(picks, 9, keys, rule), 199, 0.05,
+                                                       rng)["p_all"].mean()))
     assert np.mean(rates["true"]) >= 0.07, rates["true"]
     assert np.mean(rates["auto"]) <= 0.06, rates["auto"]
 

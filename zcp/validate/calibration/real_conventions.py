@@ -12,8 +12,8 @@ pools, scored under each convention of `real_originals.prefills`.
   one `MemoBackend` (zcp.backends.memo): the full-CoT generation that `con` compares against has no pre-fill and is
   generated once per unit, as run_detect does. Records per convention: `<pool>__<model>__conv-<name>__<key>/`.
 - **Same items, same draws.** V is built per convention on the items every convention scored; each subset keeps
-  the same m draws of an item in every convention (`subset_versions` depends on the values' keys and the label
-  only).
+  the same m draws of an item in every convention (`subset_draws` depends on the values' keys and the subsets
+  only: one `SubsetDraws` per cell serves every convention and null pool).
 - **The joint null.** An exact-null pool relabels the SAME version of each item as its original in every
   convention (one label per item shared by all conventions): the within-item exchangeability the verdict's tests
   assume, jointly over the conventions.
@@ -45,6 +45,7 @@ from zcp.probe.conventions import PROBE, Resolved, parse_prefill, resolve_entrie
 from zcp.validate.calibration.real_originals import (
     FamilyRule,
     RealOriginalsSettings,
+    SubsetDraws,
     cell_row,
     did_rows,
     family_rule,
@@ -53,8 +54,8 @@ from zcp.validate.calibration.real_originals import (
     pool_setup,
     score_pool,
     study_models,
+    subset_draws,
     subset_pvalues,
-    subset_versions,
     version_keys,
     version_table,
 )
@@ -100,21 +101,20 @@ def convention_rate_cells(Vs: Mapping[str, np.ndarray], metrics: Sequence[str], 
     names = list(Vs)
     V0 = Vs[names[0]]
     n = V0.shape[0]
-    if keys is None:
-        keys = np.arange(n * V0.shape[1]).reshape(V0.shape[:2])
     m = min(int(s.m), V0.shape[1] - 1)
     rows: list[dict[str, Any]] = []
     for N in sizes:
         N_eff = min(int(N), n)
         rng = cell_rng(seed, "real-originals", desc, N_eff)
         picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
-        short = subset_versions(V0, keys, picks, m, rule=rule)[2]
+        draws = subset_draws(picks, m, keys, rule)
+        short = draws.short
         rngs = {c: rng if c == PROBE else cell_rng(seed, "real-originals", desc, N_eff, "convention", c) for c in names}
         order = sorted(names, key=lambda c: c != PROBE)  # the probe's line first: right after its label, as in (d)
 
-        def test(lab: np.ndarray | None, picks: np.ndarray = picks, rngs: dict = rngs, order: list = order
+        def test(lab: np.ndarray | None, draws: SubsetDraws = draws, rngs: dict = rngs, order: list = order
                  ) -> dict[tuple[str, str], np.ndarray]:
-            pv = {c: subset_pvalues(Vs[c], metrics, picks, s.B, s.alpha, rngs[c], lab, keys, m, rule) for c in order}
+            pv = {c: subset_pvalues(Vs[c], metrics, draws, s.B, s.alpha, rngs[c], lab) for c in order}
             return convention_decisions({c: pv[c] for c in names}, metrics, s.alpha)
 
         observed = test(None)

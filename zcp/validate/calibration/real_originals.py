@@ -287,25 +287,30 @@ def family_rule(ids: Sequence[str], items: Sequence[Item], report: Mapping[str, 
                       np.array([int(fams[f]["available"]) for f in names], dtype=np.int64))
 
 
-def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, label: np.ndarray | None = None,
-                    rule: FamilyRule | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """The versions each subset tests: originals X (R, N, k) and references Y (R, N, m, k), and the count of
-    (subset, item) pairs that had to keep a colliding draw.
+@dataclass(frozen=True)
+class SubsetDraws:
+    """Which m of its M candidate draws each item of each subset is tested with (`subset_draws`): the subsets
+    `picks` (R, N), the candidates' indices `choice` (R, N, m) and `short`, the (subset, item) pairs that had to
+    keep a colliding draw. It depends on the values' keys and the subsets alone, not on the scores or a null
+    pool's label: computed once per cell, it serves the observed test, every null pool, every convention and both
+    models of a DiD."""
 
-    Per item, version 0 is the real original and the other M versions are its candidate draws in order; in each
-    subset an item keeps the first m candidates that are not another subset item's original (what the builder does
-    with the subset as the benchmark under exclude_benchmark=true). With `rule` (the builder's exclude_benchmark=
-    auto, `subset_drops`) only the items of families that rule keeps off the subset's values do so; the others keep
-    their first m candidates. An item left with fewer than m keeps the first colliding ones too (counted). These
-    m + 1 versions are what the subset's test compares.
+    picks: np.ndarray
+    choice: np.ndarray
+    short: int
 
-    `label` (n,) in [0, m] (an exact-null pool): per item, the `label[i]`-th of those m + 1 tested versions (0 the
-    real original, j its j-th kept draw) plays the original and the other m, in their order, its references. The
-    relabelling stays inside the set the real test compares, so a uniform label makes every subset's test an exact
-    null (the within-item permutation test's own relabelling). Drawing it among all M + 1 candidates instead, when
-    M > m, would leave the real original among the references whenever the label fell past the m kept draws, and
-    bias the null pools wherever originals and draws differ."""
+
+def subset_draws(picks: np.ndarray, m: int, keys: np.ndarray | None = None, rule: FamilyRule | None = None
+                 ) -> SubsetDraws:
+    """The draws each subset tests, per item: the first m candidates that are not another subset item's original
+    (what the builder does with the subset as the benchmark under exclude_benchmark=true). With `rule` (the builder's
+    exclude_benchmark=auto, `subset_drops`) only the items of families that rule keeps off the subset's values do
+    so; the others keep their first m candidates. An item left with fewer than m keeps the first colliding ones too
+    (counted in `short`). `keys` (n, M + 1): the versions' value codes (`version_keys`); None: all distinct, so every
+    item keeps its first m candidates."""
     R, N = picks.shape
+    if keys is None:
+        return SubsetDraws(picks, np.broadcast_to(np.arange(m), (R, N, m)), 0)
     orig_keys = keys[picks, 0]  # (R, N)
     cand = keys[picks, 1:]  # (R, N, M)
     srt = np.sort(orig_keys, axis=1)
@@ -314,7 +319,22 @@ def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, 
     if rule is not None:
         collide &= subset_drops(rule, picks, m)[:, :, None]
     choice = np.argsort(collide, axis=2, kind="stable")[:, :, :m]  # non-colliding first, in draw order
-    short = int(np.take_along_axis(collide, choice, axis=2).any(axis=2).sum())
+    return SubsetDraws(picks, choice, int(np.take_along_axis(collide, choice, axis=2).any(axis=2).sum()))
+
+
+def tested_versions(V: np.ndarray, draws: SubsetDraws, label: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The versions each subset tests: originals X (R, N, k) and references Y (R, N, m, k), version 0 of V being the
+    real original and the others its candidate draws (`draws` says which m).
+
+    `label` (n,) in [0, m] (an exact-null pool): per item, the `label[i]`-th of those m + 1 tested versions (0 the
+    real original, j its j-th kept draw) plays the original and the other m, in their order, its references. The
+    relabelling stays inside the set the real test compares, so a uniform label makes every subset's test an exact
+    null (the within-item permutation test's own relabelling). Drawing it among all M + 1 candidates instead, when
+    M > m, would leave the real original among the references whenever the label fell past the m kept draws, and
+    bias the null pools wherever originals and draws differ."""
+    picks, choice = draws.picks, draws.choice
+    R, N, m = choice.shape
     Vp = V[picks]  # (R, N, M + 1, k)
     tested = np.concatenate([Vp[:, :, :1, :], np.take_along_axis(Vp[:, :, 1:, :], choice[..., None], axis=2)], axis=2)
     if label is not None:
@@ -322,45 +342,45 @@ def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, 
             raise ValueError(f"label must lie in [0, {m}] (the m + 1 tested versions), got {int(np.max(label))}")
         order = relabel_order(label[picks].reshape(-1), m + 1).reshape(R, N, m + 1)
         tested = np.take_along_axis(tested, order[..., None], axis=2)
-    return tested[:, :, 0, :], tested[:, :, 1:, :], short
+    return tested[:, :, 0, :], tested[:, :, 1:, :]
 
 
-def subset_rejections(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
-                      rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                      m: int | None = None, rule: FamilyRule | None = None) -> dict[str, np.ndarray]:
-    """Rejections (R,) per metric and combined for subsets `picks` (R, N) of items with versions V (n, M+1, k).
+def subset_versions(V: np.ndarray, keys: np.ndarray, picks: np.ndarray, m: int, label: np.ndarray | None = None,
+                    rule: FamilyRule | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """`tested_versions` of `subset_draws` in one call: X (R, N, k), Y (R, N, m, k) and the count of (subset, item)
+    pairs that had to keep a colliding draw."""
+    draws = subset_draws(picks, m, keys, rule)
+    X, Y = tested_versions(V, draws, label)
+    return X, Y, draws.short
 
-    `label` (n,): which of the m + 1 tested versions plays the original per item (None: 0, the real original);
-    `keys`/`m`: per-subset choice of m draws among the M candidates (`subset_versions`; None: every version is a
-    draw)."""
-    ps = subset_pvalues(V, metrics, picks, B, alpha, rng, label, keys, m, rule)
+
+def subset_rejections(V: np.ndarray, metrics: Sequence[str], draws: SubsetDraws, B: int, alpha: float,
+                      rng: np.random.Generator, label: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Rejections (R,) per metric and combined for the subsets of `draws` (`subset_draws`) of items with versions V
+    (n, M+1, k). `label` (n,): which of the m + 1 tested versions plays the original per item (None: 0, the real
+    original)."""
+    ps = subset_pvalues(V, metrics, draws, B, alpha, rng, label)
     out = {mt: rejects(p, alpha) for mt, p in zip(metrics, ps, strict=True)}
     out["combined"] = rejects(bonferroni(ps), alpha)
     return out
 
 
-def subset_pvalues(V: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
-                   rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                   m: int | None = None, rule: FamilyRule | None = None) -> list[np.ndarray]:
+def subset_pvalues(V: np.ndarray, metrics: Sequence[str], draws: SubsetDraws, B: int, alpha: float,
+                   rng: np.random.Generator, label: np.ndarray | None = None) -> list[np.ndarray]:
     """The within-item permutation p-values (R,) per metric behind `subset_rejections` (same arguments, same draws
     from `rng`). A Monte Carlo p above alpha is a lower bound (its relabelling stops early): every decision at a
     level <= alpha, Bonferroni's alpha / K included, is the full B's."""
-    if keys is None:
-        keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
-    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label, rule)
+    X, Y = tested_versions(V, draws, label)
     return [_pvalues(mt, X[..., k], Y[..., k], B, alpha, rng) for k, mt in enumerate(metrics)]
 
 
-def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], picks: np.ndarray, B: int, alpha: float,
-                   rng: np.random.Generator, label: np.ndarray | None = None, keys: np.ndarray | None = None,
-                   m: int | None = None, rule: FamilyRule | None = None) -> dict[str, np.ndarray]:
+def did_rejections(V: np.ndarray, Vb: np.ndarray, metrics: Sequence[str], draws: SubsetDraws, B: int, alpha: float,
+                   rng: np.random.Generator, label: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Rejections of the DiD test (the within-item permutation test on per-version model - base differences,
     zcp.probe.did: the simulation's and run_detect's test) per metric and combined, for a model V and its base
     Vb on the same items and versions."""
-    if keys is None:
-        keys = np.arange(V.shape[0] * V.shape[1]).reshape(V.shape[:2])
-    X, Y, _ = subset_versions(V, keys, picks, m or V.shape[1] - 1, label, rule)
-    Xb, Yb, _ = subset_versions(Vb, keys, picks, m or V.shape[1] - 1, label, rule)
+    X, Y = tested_versions(V, draws, label)
+    Xb, Yb = tested_versions(Vb, draws, label)
     out, ps = {}, []
     for k, mt in enumerate(metrics):
         p = permutation_mc(X[..., k] - Xb[..., k], Y[..., k] - Yb[..., k], B, rng, stop_above=alpha)
@@ -379,20 +399,19 @@ def rate_cells(V: np.ndarray, metrics: Sequence[str], sizes: Sequence[int], s: R
     (`subset_versions`). A null pool relabels a uniformly drawn one of the m + 1 tested versions of each item as its
     original (the same label per item in every subset)."""
     n = V.shape[0]
-    if keys is None:
-        keys = np.arange(n * V.shape[1]).reshape(V.shape[:2])
     m = min(int(s.m), V.shape[1] - 1)
     rows = []
     for N in sizes:
         N_eff = min(int(N), n)
         rng = cell_rng(seed, "real-originals", desc, N_eff)
         picks = np.stack([np.sort(rng.choice(n, N_eff, replace=False)) for _ in range(s.subsets)])
-        short = subset_versions(V, keys, picks, m, rule=rule)[2]
+        draws = subset_draws(picks, m, keys, rule)
+        short = draws.short
 
-        def test(lab: np.ndarray | None, r: np.random.Generator, picks: np.ndarray = picks) -> dict[str, np.ndarray]:
+        def test(lab: np.ndarray | None, r: np.random.Generator, draws: SubsetDraws = draws) -> dict[str, np.ndarray]:
             if Vb is not None:
-                return did_rejections(V, Vb, metrics, picks, s.B, s.alpha, r, lab, keys, m, rule)
-            return subset_rejections(V, metrics, picks, s.B, s.alpha, r, lab, keys, m, rule)
+                return did_rejections(V, Vb, metrics, draws, s.B, s.alpha, r, lab)
+            return subset_rejections(V, metrics, draws, s.B, s.alpha, r, lab)
 
         observed = test(None, rng)
         null_rates: dict[str, list[float]] = {k: [] for k in observed}
