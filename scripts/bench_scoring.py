@@ -35,6 +35,7 @@ import torch
 
 from zcp.backends.base import ScoreRequest
 from zcp.backends.hf import HFBackend
+from zcp.core.machine import cpu_split, git_commit, machine_state
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
 # issue 21's done-when: end-to-end run_detect / raw batched forward, median of three runs in one invocation
@@ -214,39 +215,6 @@ def _profile(model: str, root: Path, path: str, extra: Sequence[str], top: int =
             "zcp_by_cumulative_time": listed([r for r in rows if "/zcp/" in r[0][0]], 4, "cumulative time (zcp)")}
 
 
-def machine_state() -> dict[str, Any]:
-    """The machine's load average and cumulative CPU time split (/proc/stat jiffies: busy, idle, steal) now, so a
-    run can state the load it ran under and the share of CPU time the hypervisor took (`cpu_split`)."""
-    state: dict[str, Any] = {"time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    if hasattr(os, "getloadavg"):
-        state["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    try:
-        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        state["jiffies"] = {"busy": f[0] + f[1] + f[2] + f[5] + f[6], "idle": f[3] + f[4], "steal": f[7]}
-    except (OSError, ValueError, IndexError):
-        pass
-    return state
-
-
-def cpu_split(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
-    """Shares of the machine's CPU time between two `machine_state`s: busy (any process), idle, steal."""
-    if "jiffies" not in before or "jiffies" not in after:
-        return {}
-    d = {k: after["jiffies"][k] - before["jiffies"][k] for k in before["jiffies"]}
-    total = sum(d.values()) or 1
-    return {k: round(v / total, 3) for k, v in d.items()}
-
-
-def _commit(tree: Path | None) -> str | None:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree or Path(__file__).resolve().parents[1],
-                              capture_output=True, text=True, check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     """Marginal units/s of whole run_detect runs vs the raw batched forward (see the module docstring), for the
     shipped model (or --model) and, with --small-model, a 2 x 96 Llama built here; `--runs` runs of each in this
@@ -267,7 +235,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}", flush=True)
     report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small}, "runs": args.runs,
                               "best_of": args.best_of, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                              "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(None),
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(Path(__file__).resolve().parents[1]),
                               "baseline_tree": args.baseline_tree, "overrides": list(args.detect_args),
                               "start": start, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:

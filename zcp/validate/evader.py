@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.core.io import read_json, read_jsonl, stable_hash, write_json
+from zcp.core.machine import git_commit, load_average
 from zcp.core.rundir import MODEL
 from zcp.probe.suppression import suppression_signal
 
@@ -227,13 +227,8 @@ def suppression_fpr(roots: Sequence[str], *, B: int) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """Where and when the study ran: host, CPUs, load, commit, UTC time."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"host": platform.node(), "cpus": os.cpu_count(), "load": [round(x, 2) for x in os.getloadavg()],
-            "commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    return {"host": platform.node(), "cpus": os.cpu_count(), "load": load_average(), "commit": git_commit() or "",
+            "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
 def run_study(spec: str, out_md: str, *, clean_roots: Sequence[str], work_dir: str, base_model: str,
