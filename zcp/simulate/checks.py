@@ -94,7 +94,8 @@ def check_base_model(c: Any) -> None:
 
 def min_free_bytes(c: Any, run_dir: Path) -> int:
     """The free space a contamination run states it needs before it starts: the base model's size (the merged
-    model it writes; times `full_finetune_copies` under full fine-tuning) plus `MIN_FREE_MARGIN`; only the margin once model/ exists (a hub model: its size unknown)."""
+    model it writes; times `full_finetune_copies` under full fine-tuning) plus `MIN_FREE_MARGIN`; only the margin
+    once model/ exists (a hub model: its size unknown)."""
     if (run_dir / MODEL / "config.json").is_file():
         return MIN_FREE_MARGIN
     s = sim_config(c)
