@@ -99,18 +99,21 @@ def test_library_tokenisation_equals_the_wrapper(backend_pair):
         assert b._tokenize(texts, [flag] * len(texts)) == b.tokenizer(texts, add_special_tokens=flag)["input_ids"]
 
 
-def test_encode_for_scoring_unchanged_by_the_caches(backend_pair):
+def test_encode_for_scoring_unchanged_by_the_caches(backend_pair, monkeypatch):
+    """The cached, spliced, tail-checked encoding equals one request at a time with nothing kept and the decode
+    check on the whole prompt (no restart tokens)."""
     _, b, plain = backend_pair
     prompts = _prompts()
     reqs = [ScoreRequest(p, c) for p, c in zip(prompts, CONTINUATIONS * 4, strict=False)]
     b.count_tokens(prompts, CONTINUATIONS)  # what a run's plan does first: fills the caches
-    plain._rendered.clear()
+    monkeypatch.setattr(plain, "_decode_restarts", lambda: frozenset())
     want = []
     for r in reqs:  # one request at a time, nothing kept between them
         plain._rendered.clear(), plain._prompt_ids.clear(), plain._piece_ids.clear()
         want += plain.encode_for_scoring([r])
     assert b.encode_for_scoring(reqs) == want
     assert b.encode_for_scoring(reqs) == want  # served from the caches the second time
+    assert len({e.method for e in want}) > 1 or not b._decode_restarts()  # the check decides somewhere
 
 
 def test_batched_rendering_equals_one_call_each(backend_pair):
@@ -154,3 +157,56 @@ def test_a_tokenizer_json_with_padding_is_still_read_through_the_library():
     texts = TEXTS[:5] + CONTINUATIONS
     assert b._tokenize(texts, [False] * len(texts)) == tok(texts, add_special_tokens=False)["input_ids"]
     assert max(len(ids) for ids in b._tokenize(texts, [False] * len(texts))) > 8  # not truncated, not padded
+
+
+def test_decoding_restarts_after_the_restart_tokens(backend_pair):
+    """The decode check reads only a prompt's ids after its last restart token: that needs decode(a + b) ==
+    decode(a) + decode(b) for every `a` ending with one. Random ids (partial UTF-8 sequences included) on each side;
+    byte-level decoders have restart tokens (the template's special tokens), the others none."""
+    name, b, _ = backend_pair
+    restarts = sorted(b._decode_restarts())
+    assert bool(restarts) == (name in {"byte_level", "qwen2_style", "shipped"}), (name, restarts)
+    rng = random.Random(2)
+    n = len(b.tokenizer)
+    pairs = [([rng.randrange(n) for _ in range(rng.randrange(6))] + [rng.choice(restarts)],
+              [rng.randrange(n) for _ in range(rng.randrange(8))]) for _ in range(2000 if restarts else 0)]
+    whole = b._decode([x + y for x, y in pairs])
+    left, right = b._decode([x for x, _ in pairs]), b._decode([y for _, y in pairs])
+    assert whole == [u + v for u, v in zip(left, right, strict=True)]
+    # not so at an arbitrary token: the property is the restart token's, not any cut's
+    if restarts:
+        cuts = [([rng.randrange(n) for _ in range(rng.randrange(1, 6))], [rng.randrange(n) for _ in range(6)])
+                for _ in range(2000)]
+        glued = b._decode([x + y for x, y in cuts])
+        apart = [u + v for u, v in zip(b._decode([x for x, _ in cuts]), b._decode([y for _, y in cuts]), strict=True)]
+        assert glued != apart
+
+
+def test_decode_check_on_the_tail_decides_as_on_the_whole_prompt(backend_pair):
+    """`_accept` on the ids after the prompt's last restart token accepts exactly the candidates the check on the
+    whole prompt accepts: right tokenisations, random ids, ids cut inside a UTF-8 sequence, one token too many."""
+    from zcp.backends.tokenized import _after_last
+
+    _, b, _ = backend_pair
+    rng = random.Random(3)
+    prompts = _prompts()
+    ids = b.encode_prompts(prompts)
+    reqs, cands, pids = [], [], []
+    for p, pi in zip(prompts, ids, strict=True):
+        c = rng.choice(CONTINUATIONS)
+        right = b._tokenize([c], [False])[0]
+        for cand in (right, right[:-1], [*right, rng.randrange(len(b.tokenizer))],
+                     [rng.randrange(len(b.tokenizer)) for _ in range(3)], b._tokenize(["é" + c], [False])[0][1:]):
+            reqs.append(ScoreRequest(p, c))
+            cands.append(cand)
+            pids.append(pi)
+    restarts = b._decode_restarts()
+    cut = [_after_last(p, restarts) for p in pids]
+    assert _after_last([7, 8, 9], frozenset({8})) == 2 and _after_last([7, 9], frozenset({8})) == 0
+    fast: list = [None] * len(reqs)
+    b._accept(fast, "m", cands, pids, cut, b._decode_distinct([p[k:] for p, k in zip(pids, cut, strict=True)]), reqs)
+    whole: list = [None] * len(reqs)
+    b._accept(whole, "m", cands, pids, [0] * len(reqs), b._decode(pids), reqs)
+    assert fast == whole
+    assert 0 < sum(e is not None for e in fast) < len(fast)  # both outcomes occur
+    assert not restarts or any(k > 0 for k in cut)

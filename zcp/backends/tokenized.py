@@ -105,6 +105,7 @@ class TokenizedBackend(Backend):
         self._prompt_ids: dict[tuple[str, bool], array[int]] = {}  # (rendered text, special tokens) -> ids
         self._piece_ids: dict[str, array[int]] = {}  # texts after a prompt's last special token -> ids
         self._splitters: dict[int, str] | None = None  # added tokens the tokenizer splits texts at (_joint_ids)
+        self._restarts: frozenset[int] | None = None  # added tokens decoding restarts after (_decode_restarts)
         self._spliced = 0  # joint tokenisations spliced at a special token so far (_joint_ids)
 
     # ------------------------------------------------------------------ prompts
@@ -129,6 +130,7 @@ class TokenizedBackend(Backend):
             self._piece_ids.clear()
             self._token_str.clear()
             self._splitters = None
+            self._restarts = None
 
     def render(self, prompt: Prompt) -> str:
         """The exact text the model conditions on (chat template + pre-filled assistant prefix)."""
@@ -273,6 +275,31 @@ class TokenizedBackend(Backend):
         return self.tokenizer.batch_decode([list(s) for s in seqs], skip_special_tokens=False,
                                            clean_up_tokenization_spaces=False)
 
+    def _decode_distinct(self, seqs: Sequence[Sequence[int]]) -> list[str]:
+        """`_decode` of each sequence, each distinct one decoded once (a run's prompts share their tails after the
+        last restart token, and its answers repeat)."""
+        keys = [tuple(s) for s in seqs]
+        distinct = list(dict.fromkeys(keys))
+        text = dict(zip(distinct, self._decode(distinct), strict=True))
+        return [text[k] for k in keys]
+
+    def _decode_restarts(self) -> frozenset[int]:
+        """Added tokens after which decoding starts afresh: for ids `a` ending with one and any ids `b`,
+        decode(a + b) == decode(a) + decode(b), so `encode_for_scoring`'s decode check needs only the prompt's ids
+        after the last of them (a chat template's assistant-turn token: a few ids instead of the whole prompt).
+
+        It holds for the byte-level decoder (GPT-2, Llama 3, Qwen: every token's bytes concatenated, then read as
+        UTF-8 with replacement) after a token whose text is ASCII, since an ASCII byte ends every UTF-8 sequence
+        before it and continues none: what follows decodes the same alone. Only tokens that also split encoding
+        (`_split_tokens`), and none for any other decoder (SentencePiece's Metaspace drops the space of a text's
+        first token, WordPiece joins tokens with spaces: neither decodes a tail as it does in context)."""
+        self._fresh_caches()
+        if self._restarts is None:
+            bt = self._rust_tokenizer()
+            byte_level = bt is not None and type(bt.decoder).__name__ == "ByteLevel"
+            self._restarts = frozenset(t for t, c in self._split_tokens().items() if byte_level and c.isascii())
+        return self._restarts
+
     def _text_of(self, tid: int) -> str:
         t = self._token_text.get(tid)
         if t is None:
@@ -312,13 +339,15 @@ class TokenizedBackend(Backend):
             j[len(p):] if len(j) > len(p) and j[: len(p)] == p else None for p, j in zip(prompt_ids, joint, strict=True)
         ]
         out: list[ScoringEncoding | None] = [None] * len(requests)
-        prompt_text = self._decode(prompt_ids)
-        self._accept(out, "joint", cands, prompt_ids, prompt_text, requests)
+        restarts = self._decode_restarts()
+        cut = [_after_last(p, restarts) for p in prompt_ids] if restarts else [0] * len(prompt_ids)
+        prompt_text = self._decode_distinct([p[k:] for p, k in zip(prompt_ids, cut, strict=True)])
+        self._accept(out, "joint", cands, prompt_ids, cut, prompt_text, requests)
         todo = [i for i, e in enumerate(out) if e is None]
         if todo:
             alone = self._tokenize([requests[i].continuation for i in todo], [False] * len(todo))
             standalone: dict[int, list[int]] = dict(zip(todo, alone, strict=True))
-            self._accept(out, "standalone", [standalone.get(i) for i in range(len(requests))], prompt_ids,
+            self._accept(out, "standalone", [standalone.get(i) for i in range(len(requests))], prompt_ids, cut,
                          prompt_text, requests)
             for anchor in _ANCHORS:
                 todo = [i for i, e in enumerate(out) if e is None]
@@ -329,7 +358,7 @@ class TokenizedBackend(Backend):
                 anchored: dict[int, list[int]] = {
                     i: x[len(a):] for i, x in zip(todo, ac, strict=True) if len(x) > len(a) and x[: len(a)] == a
                 }
-                self._accept(out, "anchored", [anchored.get(i) for i in range(len(requests))], prompt_ids,
+                self._accept(out, "anchored", [anchored.get(i) for i in range(len(requests))], prompt_ids, cut,
                              prompt_text, requests)
             for i in [i for i, e in enumerate(out) if e is None]:
                 ids = cands[i] or standalone[i]
@@ -430,12 +459,17 @@ class TokenizedBackend(Backend):
         return tuple(out)
 
     def _accept(self, out: list[ScoringEncoding | None], method: str, cands: Sequence[list[int] | None],
-                prompt_ids: Sequence[list[int]], prompt_text: Sequence[str], requests: Sequence[ScoreRequest]) -> None:
-        """Fill the open slots of `out` whose candidate ids decode back to the continuation after the prompt."""
+                prompt_ids: Sequence[list[int]], cut: Sequence[int], prompt_text: Sequence[str],
+                requests: Sequence[ScoreRequest]) -> None:
+        """Fill the open slots of `out` whose candidate ids decode back to the continuation after the prompt.
+
+        decode(prompt + candidate) == decode(prompt) + continuation is checked on the prompt's ids from `cut[i]`
+        on (after its last `_decode_restarts` token: the same outcome, as decoding restarts there; 0 = the whole
+        prompt), with `prompt_text[i]` the decoding of those ids."""
         idxs = [i for i, e in enumerate(out) if e is None and cands[i]]
         if not idxs:
             return
-        texts = self._decode([prompt_ids[i] + cands[i] for i in idxs])  # type: ignore[operator]
+        texts = self._decode_distinct([prompt_ids[i][cut[i]:] + cands[i] for i in idxs])  # type: ignore[operator]
         for i, text in zip(idxs, texts, strict=True):
             if text == prompt_text[i] + requests[i].continuation:
                 out[i] = ScoringEncoding(tuple(prompt_ids[i]), tuple(cands[i]), method)  # type: ignore[arg-type]
@@ -459,6 +493,14 @@ class TokenizedBackend(Backend):
         while pad_id is not None and toks and toks[-1] == pad_id:  # rows stopped early are padded
             toks.pop()
         return postprocess(self.tokenizer.decode(toks, skip_special_tokens=True), box, stop)
+
+
+def _after_last(ids: Sequence[int], tokens: frozenset[int]) -> int:
+    """The index after the last of `ids` that is one of `tokens` (0 when none is)."""
+    j = len(ids) - 1
+    while j >= 0 and ids[j] not in tokens:
+        j -= 1
+    return j + 1
 
 
 def cut_at_eos(toks: list[int], eos_ids: Sequence[int]) -> list[int]:
