@@ -1,5 +1,10 @@
 """End to end through evaluate/run_detect.py: a tiny model that memorised Dataset C is flagged on C
-(C_cont(p_all) >= 0.99) and not on unseen Dataset U (< 0.75); a run killed mid-way resumes."""
+(C_cont(p_all) >= 0.99) and not on unseen Dataset U (< 0.75); a run killed mid-way resumes.
+
+The script itself runs as a subprocess where the process matters (the run killed with SIGKILL); the verdicts and
+the resume run the job in this process (the config the script's @hydra.main composes from the same overrides, and
+the run_detect it calls), which spares a Python + torch start-up (~7 s) per run.
+"""
 
 import json
 import os
@@ -60,6 +65,20 @@ def _cmd(root: Path, split: str, out: Path, *extra: str) -> list[str]:
             f"output_dir={out}", "logger=none", "probe.full_cot_max_tokens=40", *extra]
 
 
+def _run_in_process(root: Path, split: str, out: Path, *extra: str) -> None:
+    """What `subprocess.run(_cmd(...))` runs, minus the interpreter: the same overrides composed into conf/detect
+    (as @hydra.main does) and evaluate/run_detect.py's main body (validate, then run_detect)."""
+    from hydra import compose, initialize_config_dir
+
+    from zcp.config import validate
+    from zcp.probe.run import run_detect
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose(config_name="detect", overrides=_cmd(root, split, out, *extra)[2:])
+    validate(cfg, job="detect")
+    run_detect(cfg)
+
+
 def _env() -> dict:
     return {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
 
@@ -71,7 +90,7 @@ def _c(summary: dict, metric: str) -> float:
 def test_memorised_c_flagged_unseen_u_not(world, tmp_path):
     root = world
     for split in ("C", "U"):
-        subprocess.run(_cmd(root, split, tmp_path / split), check=True, env=_env(), cwd=REPO, capture_output=True)
+        _run_in_process(root, split, tmp_path / split)
     c = json.loads((tmp_path / "C" / "summary.json").read_text())
     u = json.loads((tmp_path / "U" / "summary.json").read_text())
     assert _c(c, "p_all") >= 0.99, c["results"]
@@ -98,7 +117,7 @@ def test_killed_run_resumes(world, tmp_path):
     proc.wait()
     n_before = len(rec.read_text().splitlines())
     assert 16 <= n_before < 200, n_before
-    subprocess.run(_cmd(root, "C", out, "run.chunk_size=8"), check=True, env=_env(), cwd=REPO, capture_output=True)
+    _run_in_process(root, "C", out, "run.chunk_size=8")  # the rerun: the same command resumes the killed run's dir
     recs = [json.loads(x) for x in rec.read_text().splitlines()]
     keys = {(r["variant"], r["original_id"], r["draw"]) for r in recs}
     assert len(recs) == len(keys) == 50 + 150
