@@ -56,8 +56,12 @@ def ltr_fraction(expr: str) -> Fraction:
     for op, b in zip(operators, operands[1:], strict=True):
         if op == "/" and b == 0:
             raise ZeroDivisionError
-        acc = {"+": lambda x, y: x + y, "-": lambda x, y: x - y,
-               "*": lambda x, y: x * y, "/": lambda x, y: x / y}[op](acc, Fraction(b))
+        acc = {
+            "+": lambda x, y: x + y,
+            "-": lambda x, y: x - y,
+            "*": lambda x, y: x * y,
+            "/": lambda x, y: x / y,
+        }[op](acc, Fraction(b))
     return acc
 
 
@@ -159,7 +163,9 @@ def test_json_round_trip_keeps_values_and_types(tmp_path, records):
     write_jsonl(tmp_path / "am.jsonl", records[::50])
     back = list(read_jsonl(tmp_path / "am.jsonl"))
     assert back == records[::50]
-    assert [[type(o) for o in r["options"]] for r in back] == [[type(o) for o in r["options"]] for r in records[::50]]
+    assert [[type(o) for o in r["options"]] for r in back] == [
+        [type(o) for o in r["options"]] for r in records[::50]
+    ]
 
 
 def test_seeded_and_reproducible(tmp_path, records):
@@ -199,15 +205,24 @@ def test_to_item_and_validation(tmp_path, records):
     assert item.question == r["expression"] + " =" and item.answer == str(r["answer"])
     assert item.metadata["stage"] == r["stage"] and item.metadata["options"] == r["options"]
 
-    bad = [dict(r), dict(r, answer=r["answer"] + 1), dict(r, expression="1 + 2 + 3 / 0"),
-           {k: v for k, v in r.items() if k != "options"}, dict(r, extra=1)]
+    bad = [
+        dict(r),
+        dict(r, answer=r["answer"] + 1),
+        dict(r, expression="1 + 2 + 3 / 0"),
+        {k: v for k, v in r.items() if k != "options"},
+        dict(r, extra=1),
+    ]
     write_jsonl(tmp_path / "bad.jsonl", bad)
     with pytest.raises(DataError) as e:
         load_arithmark(tmp_path / "bad.jsonl")
     assert e.value.row == 2 and e.value.field == "answer" and "bad.jsonl" in str(e.value)
-    for rec, field in [(bad[2], "expression"), (bad[3], "options"), (bad[4], "extra"),
-                       (dict(r, answer_index=(r["answer_index"] + 1) % 4), "answer_index"),
-                       (dict(r, options=[*r["options"][:3], r["options"][0]]), "options")]:
+    for rec, field in [
+        (bad[2], "expression"),
+        (bad[3], "options"),
+        (bad[4], "extra"),
+        (dict(r, answer_index=(r["answer_index"] + 1) % 4), "answer_index"),
+        (dict(r, options=[*r["options"][:3], r["options"][0]]), "options"),
+    ]:
         with pytest.raises(DataError) as e:
             validate_record(rec)
         assert e.value.field == field
@@ -216,11 +231,17 @@ def test_to_item_and_validation(tmp_path, records):
 # -------------------------------------------------------------------------------------------- reference
 
 
-expressions = st.integers(1, 5).flatmap(lambda stage: st.tuples(
-    st.just(stage),
-    st.lists(st.integers(-20, 20), min_size=stage + 1, max_size=stage + 1),
-    st.lists(st.sampled_from("+-*/"), min_size=stage, max_size=stage),
-)).filter(lambda t: all(not (op == "/" and b == 0) for op, b in zip(t[2], t[1][1:], strict=True)))
+expressions = (
+    st.integers(1, 5)
+    .flatmap(
+        lambda stage: st.tuples(
+            st.just(stage),
+            st.lists(st.integers(-20, 20), min_size=stage + 1, max_size=stage + 1),
+            st.lists(st.sampled_from("+-*/"), min_size=stage, max_size=stage),
+        )
+    )
+    .filter(lambda t: all(not (op == "/" and b == 0) for op, b in zip(t[2], t[1][1:], strict=True)))
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -278,8 +299,10 @@ def test_perturbation_keeps_magnitudes_on_the_benchmark(records, benchmark_refs)
         ref = benchmark_refs[i]
         old, new = split_expr(r["expression"])[0], split_expr(ref["expression"])[0]
         # operands: same sign, within a factor 3 (a log-symmetric step, no longer a digit range)
-        kept += all(n == 0 if o == 0 else (n > 0) == (o > 0) and 1 / 3 <= abs(n) / abs(o) <= 3
-                    for o, n in zip(old, new, strict=True))
+        kept += all(
+            n == 0 if o == 0 else (n > 0) == (o > 0) and 1 / 3 <= abs(n) / abs(o) <= 3
+            for o, n in zip(old, new, strict=True)
+        )
         a, b = exact(r["answer"]), exact(ref["answer"])
         if a != 0:  # the answer keeps its sign and the digits of its whole part
             nonzero += 1
@@ -342,14 +365,19 @@ def test_perturbation_structure_on_the_benchmark(records, benchmark_refs):
 
 def test_special_case_reasons():
     def reasons(operands, operators):
-        return special_case_reasons(make_record("math_s1_00000", len(operators), operands, operators,
-                                                random.Random(0)))
+        return special_case_reasons(
+            make_record("math_s1_00000", len(operators), operands, operators, random.Random(0))
+        )
 
     assert [r.split(":")[0] for r in reasons([-11, -11], ["-"])] == [
-        "answer 0", "operands -11, -11 (equal magnitudes) fix the answer at 0"]
+        "answer 0",
+        "operands -11, -11 (equal magnitudes) fix the answer at 0",
+    ]
     assert reasons([5, -5], ["/"])[0].startswith("answer -1:") and len(reasons([5, -5], ["/"])) == 2
     assert reasons([4, 4, 2], ["*", "+"]) == [] and reasons([3, 4], ["*"]) == []
-    assert special_case_reasons(arithmark_to_item(make_record("math_s1_00001", 1, [9, 8], ["-"], random.Random(0))))
+    assert special_case_reasons(
+        arithmark_to_item(make_record("math_s1_00001", 1, [9, 8], ["-"], random.Random(0)))
+    )
 
 
 # ------------------------------------------------------------------------------------------- evaluation
@@ -427,8 +455,11 @@ def test_batch_size_does_not_change_results(small):
 
 def test_table_matches_the_specs_average_column():
     # Qwen2.5-3B's row in the spec: 97.30 75.60 63.90 55.40 53.50 -> Avg 69.14
-    rows = [{"stage": s, "correct": i < c} for s, c in zip(range(1, 6), (973, 756, 639, 554, 535), strict=True)
-            for i in range(1000)]
+    rows = [
+        {"stage": s, "correct": i < c}
+        for s, c in zip(range(1, 6), (973, 756, 639, 554, 535), strict=True)
+        for i in range(1000)
+    ]
     table = format_arithmark_table(summarize_arithmark(rows), "Qwen2.5-3B")
     lines = table.splitlines()
     assert lines[0] == "| Model | Stage 1 | Stage 2 | Stage 3 | Stage 4 | Stage 5 | Avg |"
@@ -439,9 +470,17 @@ def test_table_matches_the_specs_average_column():
 
 
 def _cfg(tmp_path, **kw):
-    return {"seed": 0, "n_per_stage": 6, "stages": [1, 2, 3, 4, 5], "data_path": None,
-            "output_dir": str(tmp_path), "chunk_size": 8, "model": {"path": None, "name": "oracle"},
-            "logger": {"mode": "disabled"}, **kw}
+    return {
+        "seed": 0,
+        "n_per_stage": 6,
+        "stages": [1, 2, 3, 4, 5],
+        "data_path": None,
+        "output_dir": str(tmp_path),
+        "chunk_size": 8,
+        "model": {"path": None, "name": "oracle"},
+        "logger": {"mode": "disabled"},
+        **kw,
+    }
 
 
 def test_run_writes_data_and_resumes_evaluation(tmp_path):
@@ -470,16 +509,28 @@ def test_run_writes_data_and_resumes_evaluation(tmp_path):
 
 def test_run_loads_an_existing_file(tmp_path):
     write_jsonl(tmp_path / "in.jsonl", generate_arithmark(3, seed=9))
-    summary = run_arithmark(_cfg(tmp_path / "o", data_path=str(tmp_path / "in.jsonl")),
-                            backend=FakeBackend(length_biased))
+    summary = run_arithmark(
+        _cfg(tmp_path / "o", data_path=str(tmp_path / "in.jsonl")), backend=FakeBackend(length_biased)
+    )
     assert summary["n"] == 15 and summary["average"] == 1.0
 
 
 def test_hydra_entry_point(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "evaluate" / "run_arithmark.py"), f"hydra.run.dir={out}",
-                           "n_per_stage=4", "seed=5"], capture_output=True, text=True, cwd=tmp_path,
-                          env={"WANDB_MODE": "disabled", "PATH": "/usr/bin:/bin"}, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "evaluate" / "run_arithmark.py"),
+            f"hydra.run.dir={out}",
+            "n_per_stage=4",
+            "seed=5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"WANDB_MODE": "disabled", "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert list(read_jsonl(out / "arithmark.jsonl")) == generate_arithmark(4, seed=5)
 
@@ -493,7 +544,8 @@ def test_tiny_hf_model_end_to_end(tmp_path):
     model = testing.tiny_llama(tok)
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    summary = run_arithmark(_cfg(tmp_path / "o", n_per_stage=4, model={"path": str(tmp_path / "m"),
-                                                                         "device": "cpu"}))
+    summary = run_arithmark(
+        _cfg(tmp_path / "o", n_per_stage=4, model={"path": str(tmp_path / "m"), "device": "cpu"})
+    )
     assert summary["n"] == 20 and set(summary["per_stage"]) == {1, 2, 3, 4, 5}
     assert (tmp_path / "o" / "table.md").read_text().count("%") == 6

@@ -19,18 +19,29 @@ def test_draws_keep_family_template_wording_entities_and_change_the_values():
         assert len(rs) == 4 and len({signature(r) for r in rs}) == 4
         for r in rs:
             m, o = r.metadata, it.metadata
-            assert m["family"] == o["family"] and m["template"] == o["template"] and m["entities"] == o["entities"]
+            assert (
+                m["family"] == o["family"]
+                and m["template"] == o["template"]
+                and m["entities"] == o["entities"]
+            )
             assert m.get("rewording") == o.get("rewording") and signature(r) != signature(it)
             assert m["original_id"] == it.id and m["reference_law"] == "exact"
 
 
 def test_excluded_and_benchmark_values_are_never_drawn():
     items = generate_word_problems(30, seed=4, families=["multiply"])
-    space = word_problem_value_space("multiply", type(items[0].metadata["limits"]) and
-                                     __import__("zcp.benchmarks.wordproblems", fromlist=["NumberRanges"]).NumberRanges())
+    space = word_problem_value_space(
+        "multiply",
+        type(items[0].metadata["limits"])
+        and __import__("zcp.benchmarks.wordproblems", fromlist=["NumberRanges"]).NumberRanges(),
+    )
     seen = {f"multiply:a={a},b={b}" for a, b in space[:20]}
-    rs = build_references(items, "wordproblem", 5, BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen),
-                                                                exclude_benchmark="true"))
+    rs = build_references(
+        items,
+        "wordproblem",
+        5,
+        BuildContext(seed=0, benchmark=tuple(items), exclude=frozenset(seen), exclude_benchmark="true"),
+    )
     bench = {signature(it) for it in items}
     drawn = {signature(r) for v in rs.refs.values() for r in v}
     assert not drawn & seen and not drawn & bench
@@ -65,13 +76,25 @@ def test_an_item_that_is_no_draw_of_the_generator_is_rejected_with_the_reason():
     assert not rs.refs and "not a valid draw" in rs.rejections[0]["reason"]
 
 
-@pytest.mark.parametrize(("families", "n", "exclude_benchmark", "lo", "hi", "sims"), [
-    (None, 60, "auto", 0.0, 0.12, 80),            # every family, 10 items each
-    (["multiply"], 40, "true", 0.01, 0.12, 120),  # 40 of multiply's 88 value pairs, draws kept off the benchmark's
-    (["multiply"], 40, "false", 0.0, 0.03, 120),  # draws may take other items' values: conservative
-    (["multiply"], 40, "auto", 0.0, 0.03, 120),   # 48 values left < 40 x 3 draws: auto is "false"
-])
-def test_within_item_check_on_exact_draws_rejects_at_about_its_level(families, n, exclude_benchmark, lo, hi, sims):
+@pytest.mark.parametrize(
+    ("families", "n", "exclude_benchmark", "lo", "hi", "sims"),
+    [
+        (None, 60, "auto", 0.0, 0.12, 80),  # every family, 10 items each
+        (
+            ["multiply"],
+            40,
+            "true",
+            0.01,
+            0.12,
+            120,
+        ),  # 40 of multiply's 88 value pairs, draws kept off the benchmark's
+        (["multiply"], 40, "false", 0.0, 0.03, 120),  # draws may take other items' values: conservative
+        (["multiply"], 40, "auto", 0.0, 0.03, 120),  # 48 values left < 40 x 3 draws: auto is "false"
+    ],
+)
+def test_within_item_check_on_exact_draws_rejects_at_about_its_level(
+    families, n, exclude_benchmark, lo, hi, sims
+):
     """Over many generated benchmarks the two-sided within-item test of a feature of the answer (here: 'the
     answer has two or more digits', exact binary test) rejects at about 5% when the draws are exact.
 
@@ -85,7 +108,9 @@ def test_within_item_check_on_exact_draws_rejects_at_about_its_level(families, n
     ps = []
     for s in range(sims):
         items = generate_word_problems(n, seed=5000 + s, families=families)
-        rs = b.build(items, 3, BuildContext(seed=s, benchmark=tuple(items), exclude_benchmark=exclude_benchmark))
+        rs = b.build(
+            items, 3, BuildContext(seed=s, benchmark=tuple(items), exclude_benchmark=exclude_benchmark)
+        )
         x = [float(len(it.answer) >= 2) for it in items]
         y = [[float(len(r.answer) >= 2) for r in rs.refs[it.id]] for it in items]
         up = paired_test("acc", x, y).p_value

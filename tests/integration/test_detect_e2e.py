@@ -35,7 +35,9 @@ def world(tmp_path_factory):
     """100 items (C = first 50, U = last 50), m = 3 perturbed reference rows each, and a tiny model
     fully fine-tuned to answer C directly."""
     rng = random.Random(0)
-    base = [(rng.randint(10, 99), rng.randint(10, 99), rng.choice(NAMES), rng.choice(OBJECTS)) for _ in range(100)]
+    base = [
+        (rng.randint(10, 99), rng.randint(10, 99), rng.choice(NAMES), rng.choice(OBJECTS)) for _ in range(100)
+    ]
     items = [Item(f"q{i:03d}", _q(*b), str(b[0] + b[1])) for i, b in enumerate(base)]
     refs = []
     for i, (a, b, n, o) in enumerate(base):
@@ -44,11 +46,19 @@ def world(tmp_path_factory):
                 a2, b2 = rng.randint(10, 99), rng.randint(10, 99)
                 if a2 + b2 != a + b:
                     break
-            refs.append(Item(f"q{i:03d}::ref{j}", _q(a2, b2, n, o), str(a2 + b2), metadata={"original_id": f"q{i:03d}"}))
-    tok = train_tokenizer([it.question + " " + answer_only_completion(it.answer) for it in items + refs], vocab_size=400)
+            refs.append(
+                Item(
+                    f"q{i:03d}::ref{j}", _q(a2, b2, n, o), str(a2 + b2), metadata={"original_id": f"q{i:03d}"}
+                )
+            )
+    tok = train_tokenizer(
+        [it.question + " " + answer_only_completion(it.answer) for it in items + refs], vocab_size=400
+    )
     model = tiny_llama(tok, hidden=64, layers=2, heads=4)
     # 150 full fine-tuning steps: ~15 s on an idle 2-core CPU (timing is reported, not asserted)
-    train_memorizer(model, tok, [(it.question, answer_only_completion(it.answer)) for it in items[:50]], steps=150)
+    train_memorizer(
+        model, tok, [(it.question, answer_only_completion(it.answer)) for it in items[:50]], steps=150
+    )
     root = tmp_path_factory.mktemp("e2e")
     model.save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
@@ -60,9 +70,18 @@ def world(tmp_path_factory):
 
 
 def _cmd(root: Path, split: str, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(REPO / "evaluate" / "run_detect.py"), f"model.path={root / 'model'}",
-            f"data.path={root / split}.jsonl", f"data.reference_path={root / split}_ref.jsonl", f"data.name={split}",
-            f"output_dir={out}", "logger=none", "probe.full_cot_max_tokens=40", *extra]
+    return [
+        sys.executable,
+        str(REPO / "evaluate" / "run_detect.py"),
+        f"model.path={root / 'model'}",
+        f"data.path={root / split}.jsonl",
+        f"data.reference_path={root / split}_ref.jsonl",
+        f"data.name={split}",
+        f"output_dir={out}",
+        "logger=none",
+        "probe.full_cot_max_tokens=40",
+        *extra,
+    ]
 
 
 def _run_in_process(root: Path, split: str, out: Path, *extra: str) -> None:
@@ -84,7 +103,9 @@ def _env() -> dict:
 
 
 def _c(summary: dict, metric: str) -> float:
-    return next(r["c_cont"] for r in summary["results"] if r["metric"] == metric and r["variant"] == "original")
+    return next(
+        r["c_cont"] for r in summary["results"] if r["metric"] == metric and r["variant"] == "original"
+    )
 
 
 def test_memorised_c_flagged_unseen_u_not(world, tmp_path):
@@ -99,7 +120,9 @@ def test_memorised_c_flagged_unseen_u_not(world, tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "C" / "records.jsonl").read_text().splitlines()]
     originals = [r for r in recs if r["variant"] == "original"]
     # greedy zero-CoT stopped at the brace closing the pre-filled box
-    assert sum(r["correct"] for r in originals) >= 45 and all(r["raw_output"].endswith("}") for r in originals if r["correct"])
+    assert sum(r["correct"] for r in originals) >= 45 and all(
+        r["raw_output"].endswith("}") for r in originals if r["correct"]
+    )
     for name in ("config.yaml", "table.md", "c_cont.png"):
         assert (tmp_path / "C" / name).exists()
 
@@ -107,8 +130,13 @@ def test_memorised_c_flagged_unseen_u_not(world, tmp_path):
 def test_killed_run_resumes(world, tmp_path):
     root = world
     out = tmp_path / "C"
-    proc = subprocess.Popen(_cmd(root, "C", out, "run.chunk_size=8"), env=_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(root, "C", out, "run.chunk_size=8"),
+        env=_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     rec = out / "records.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and (not rec.exists() or len(rec.read_text().splitlines()) < 16):
@@ -117,7 +145,9 @@ def test_killed_run_resumes(world, tmp_path):
     proc.wait()
     n_before = len(rec.read_text().splitlines())
     assert 16 <= n_before < 200, n_before
-    _run_in_process(root, "C", out, "run.chunk_size=8")  # the rerun: the same command resumes the killed run's dir
+    _run_in_process(
+        root, "C", out, "run.chunk_size=8"
+    )  # the rerun: the same command resumes the killed run's dir
     recs = [json.loads(x) for x in rec.read_text().splitlines()]
     keys = {(r["variant"], r["original_id"], r["draw"]) for r in recs}
     assert len(recs) == len(keys) == 50 + 150
