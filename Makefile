@@ -21,9 +21,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) train/run_demo.py
 
+# The default suite on TEST_WORKERS processes (pytest-xdist), each test file on one of them (module fixtures built
+# once): 5:23 on this project's 2-core box against 9:45 in one process (1,074 tests, 2026-12-02).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m ruff check .
-	WANDB_MODE=disabled $(PY) -m pytest -q
+	WANDB_MODE=disabled $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-all: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q -m ''
