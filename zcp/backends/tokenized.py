@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -414,14 +414,13 @@ class TokenizedBackend(Backend):
             for i, (text, ids, flag) in enumerate(zip(texts, prompt_ids, flags, strict=True)):
                 if flag:
                     continue
-                j = len(ids) - 1
-                while j >= 0 and ids[j] not in split:
-                    j -= 1
-                if j < 0:
+                k = _after_last(ids, split)
+                if k == 0:
                     continue
-                at = text.rfind(split[ids[j]])
+                token = split[ids[k - 1]]
+                at = text.rfind(token)
                 if at >= 0:
-                    cuts[i] = (j + 1, text[at + len(split[ids[j]]):])
+                    cuts[i] = (k, text[at + len(token):])
         tails = self._pieces({tail for _, tail in cuts.values()})
         cuts = {i: (k, tail) for i, (k, tail) in cuts.items() if list(tails[tail]) == prompt_ids[i][k:]}
         joint = self._pieces({tail + continuations[i] for i, (_, tail) in cuts.items()})
@@ -495,8 +494,9 @@ class TokenizedBackend(Backend):
         return postprocess(self.tokenizer.decode(toks, skip_special_tokens=True), box, stop)
 
 
-def _after_last(ids: Sequence[int], tokens: frozenset[int]) -> int:
-    """The index after the last of `ids` that is one of `tokens` (0 when none is)."""
+def _after_last(ids: Sequence[int], tokens: Container[int]) -> int:
+    """The index after the last of `ids` that is one of `tokens` (0 when none is): where the joint tokenisation is
+    spliced (`_joint_ids`, at the splitting tokens) and where the decode check starts (`_decode_restarts`)."""
     j = len(ids) - 1
     while j >= 0 and ids[j] not in tokens:
         j -= 1
