@@ -80,3 +80,26 @@ def test_machine_state_and_cpu_split_state_the_load_a_run_ran_under():
     after = {"jiffies": {"busy": 250, "idle": 330, "steal": 20}}
     assert bs.cpu_split(before, after) == {"busy": 0.75, "idle": 0.15, "steal": 0.1}
     assert bs.cpu_split({}, after) == {}
+
+
+def test_bound_derives_both_ceilings_from_its_measurements_and_restores_the_threads(tmp_path):
+    import argparse
+    import json
+
+    import torch
+
+    threads = torch.get_num_threads()
+    out = tmp_path / "bound.json"
+    report = bs.bound(argparse.Namespace(n=40, repeats=1, json=str(out)))
+    assert torch.get_num_threads() == threads
+    assert json.loads(out.read_text())["models"] == report["models"]
+    assert set(report["models"]) == {"shipped", "small"}
+    for name, m in report["models"].items():
+        assert min(m["raw_ms_per_unit"], m["raw_1thread_ms_per_unit"], m["render_ms_per_unit"],
+                   m["tokenise_ms_per_unit"]) > 0
+        assert m["sequential_bound"] == pytest.approx(
+            m["raw_ms_per_unit"] / (m["raw_ms_per_unit"] + m["render_ms_per_unit"] + m["tokenise_ms_per_unit"]))
+        assert 0 < m["sequential_bound"] < 1
+        assert m["overlapped_bound"] == pytest.approx(m["raw_ms_per_unit"] / m["raw_1thread_ms_per_unit"])
+        assert m["target"] == bs.E2E_TARGETS[name]
+        assert m["target_excluded"] == (max(m["sequential_bound"], m["overlapped_bound"]) < m["target"])
