@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from configs import compose
 from conv_fakes import ConventionBackend
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from zcp import REPO_ROOT
 from zcp.backends.base import GenerationRequest, Prompt
 from zcp.backends.memo import MemoBackend, full_cot_only
 from zcp.config.groups import ProbeGroupConfig
@@ -135,9 +134,8 @@ def test_probe_prefill_refuses_two_entries_with_one_text_and_api_mode():
 
 
 def test_probe_prefill_composes_from_the_command_line():
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("detect", overrides=["probe.prefill=[probe,hash,sentence]", "probe.auto.neutral_n=5"])
-        default = compose("detect")
+    cfg = compose("detect", "probe.prefill=[probe,hash,sentence]", "probe.auto.neutral_n=5")
+    default = compose("detect")
     checked = validate(OmegaConf.to_container(cfg, resolve=True))["probe"]
     assert checked.prefill == ["probe", "hash", "sentence"] and checked.auto.neutral_n == 5
     assert validate(OmegaConf.to_container(default, resolve=True))["probe"].prefill == "probe"

@@ -97,7 +97,7 @@ def test_items_left_out_for_lack_of_a_reference_are_a_warning_a_table_line_and_i
 
 def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
     """run_detect through Hydra compose with every model loader patched to fail: the one-line message."""
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     import zcp.backends.registry
     import zcp.config
@@ -113,9 +113,8 @@ def _run_detect_refused(tmp_path: Path, monkeypatch, *overrides: str) -> str:
         backend = _hf(64)
         backend.model.save_pretrained(tmp_path / "model")
         backend.tokenizer.save_pretrained(tmp_path / "model")
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("detect", overrides=[f"model.path={tmp_path / 'model'}", "logger=none",
-                                           f"output_dir={tmp_path / 'run'}", *overrides])
+    cfg = compose("detect", f"model.path={tmp_path / 'model'}", "logger=none", f"output_dir={tmp_path / 'run'}",
+                  *overrides)
     msg = _message(lambda: zcp.probe.run.run_detect(cfg))
     assert "\n" not in msg and not (tmp_path / "run").exists()
     return msg

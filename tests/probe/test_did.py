@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from configs import compose
 
 from zcp.benchmarks.loaders import save_items
 from zcp.core.io import read_jsonl, write_jsonl
@@ -22,7 +23,6 @@ from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
 from zcp.probe.stats import c_cont, paired_test, pooled_mc_pvalue
 
-REPO = Path(__file__).resolve().parents[2]
 METRICS = ["acc", "con", "p_first", "p_all"]
 
 
@@ -216,14 +216,10 @@ def world(tmp_path_factory, tiny_tok, tiny_model):
 
 
 def _compose(root: Path, *extra: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="detect", overrides=[
-            f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
-            f"data.reference_path={root / 'ref.jsonl'}", f"data.variant_paths.paraphrased={root / 'para.jsonl'}",
-            "data.name=toy", "logger=none", "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6",
-            "run.chunk_size=8", "run.progress=false", "stats.bootstrap_samples=200", "seeds=[0,1]", *extra])
+    return compose("detect", f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
+                   f"data.reference_path={root / 'ref.jsonl'}", f"data.variant_paths.paraphrased={root / 'para.jsonl'}",
+                   "data.name=toy", "logger=none", "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6",
+                   "run.chunk_size=8", "run.progress=false", "stats.bootstrap_samples=200", "seeds=[0,1]", *extra)
 
 
 def _lines(path: Path) -> int:

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from omegaconf import OmegaConf
 
 from zcp import REPO_ROOT
@@ -41,12 +41,10 @@ def world(tmp_path_factory, tiny_tok, tiny_model):
 
 
 def _detect_cfg(root: Path, *extra: str):
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return compose(config_name="detect", overrides=[
-            f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
-            f"data.reference_path={root / 'ref.jsonl'}", "data.name=toy", "logger=none",
-            "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6", "run.progress=false",
-            "stats.bootstrap_samples=200", *extra])
+    return compose("detect", f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
+                   f"data.reference_path={root / 'ref.jsonl'}", "data.name=toy", "logger=none",
+                   "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6", "run.progress=false",
+                   "stats.bootstrap_samples=200", *extra)
 
 
 def test_run_detect_probes_each_listed_convention_and_the_did_per_convention(world, tmp_path, capsys):
@@ -109,13 +107,12 @@ def test_the_simulations_detection_stage_reads_auto_from_the_ft_model_and_probes
     rows = [{"id": f"{it.id}::ref0", "original_id": it.id, "question": it.question + " Count one more.",
              "answer": str(int(float(it.answer.replace(",", ""))) + 1)} for it in load_items(str(GSM8K), format="gsm8k")]
     ref.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = OmegaConf.to_container(compose("demo", overrides=[
-            "benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k", "benchmark.limit=8",
-            f"detect.reference_path={ref}", "detect.m=1", "detect.seeds=[0]", f"model.path={gsm_model}",
-            "probe.metrics=[acc,p_all]", "probe.full_cot_max_tokens=16", "probe.zero_cot_max_tokens=6",
-            "probe.prefill=auto", "probe.auto.neutral_n=3", "probe.auto.min_share=0.01", "detect.base_model=true",
-            "stats.bootstrap_samples=200", "logger=none", "run.progress=false"]), resolve=True)
+    cfg = compose("demo", "benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k",
+                  "benchmark.limit=8", f"detect.reference_path={ref}", "detect.m=1", "detect.seeds=[0]",
+                  f"model.path={gsm_model}", "probe.metrics=[acc,p_all]", "probe.full_cot_max_tokens=16",
+                  "probe.zero_cot_max_tokens=6", "probe.prefill=auto", "probe.auto.neutral_n=3",
+                  "probe.auto.min_share=0.01", "detect.base_model=true", "stats.bootstrap_samples=200", "logger=none",
+                  "run.progress=false", resolve=True)
     run_dir = tmp_path / "runs" / "a"
     run_dir.mkdir(parents=True)
     manifest = split_items(load_benchmark(cfg), seed=int(cfg["seed"]), c_fraction=float(cfg["split"]["c_fraction"]))

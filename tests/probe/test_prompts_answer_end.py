@@ -65,14 +65,13 @@ def test_explicit_suffix_overrides_the_derived_one():
 
 
 def test_config_group_documents_the_key_with_a_null_default():
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.probe.detect import probe_config
 
     conf = Path(__file__).resolve().parents[2] / "conf"
     assert "answer_suffix" in (conf / "probe" / "zcp.yaml").read_text()  # documented in the group file
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        group = compose("detect", overrides=["logger=none"]).probe
+    group = compose("detect", "logger=none").probe
     assert "answer_suffix" in group and group.answer_suffix is None
     assert scored_suffix(probe_config(group)) == "}"
 

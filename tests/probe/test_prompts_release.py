@@ -12,11 +12,9 @@ import math
 from dataclasses import replace
 
 import pytest
+from configs import compose
 from fakes import FakeBackend
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from zcp import REPO_ROOT
 from zcp.backends.base import ScoreResult
 from zcp.backends.hf import HFBackend
 from zcp.config.schemas import ProbeGroupConfig, validate
@@ -40,9 +38,7 @@ QUESTION = "Ann has 3 pens and gets 4 more. How many pens?"
 
 
 def _release_probe() -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("detect", overrides=["probe=zcp_release"])
-    return OmegaConf.to_container(cfg, resolve=True)
+    return compose("detect", "probe=zcp_release", resolve=True)
 
 
 def test_the_group_composes_validates_and_holds_the_release_strings():

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from configs import compose
 
 from zcp.benchmarks.loaders import save_items
 from zcp.core.items import Item
@@ -77,17 +78,10 @@ def _overrides(model: Path, data: dict[str, str], out: Path, *extra: str) -> lis
             "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=2000", "seeds=[0,1]", *extra]
 
 
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose("detect", overrides=overrides)
-
-
 def _run(model: Path, data: dict[str, str], out: Path, *extra: str) -> dict:
     from zcp.probe.run import run_detect
 
-    return run_detect(_compose(_overrides(model, data, out, *extra)))
+    return run_detect(compose("detect", *_overrides(model, data, out, *extra)))
 
 
 def _timed(label: str, fn, *args) -> dict:
@@ -249,20 +243,17 @@ def test_merge_refuses_another_fingerprint_an_unfinished_or_running_shard_and_mi
 def test_a_bad_shard_spec_is_refused_at_compose(spec):
     from zcp.config import validate
 
-    cfg = _compose(["model.path=/nonexistent", f"run.shard={spec}"])
+    cfg = compose("detect", "model.path=/nonexistent", f"run.shard={spec}")
     msg = _message(ConfigError, lambda: validate(cfg, job="detect"))
     assert msg.startswith(f"run.shard={spec!r}: must be i/n with integers 0 <= i < n"), msg
 
 
 def test_shard_is_refused_by_jobs_that_do_not_shard_and_with_a_base_model():
-    from hydra import compose, initialize_config_dir
-
     from zcp.config import validate
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("ablations", overrides=["run.shard=0/2"])
+    cfg = compose("ablations", "run.shard=0/2")
     assert "only evaluate/run_detect.py shards" in _message(ConfigError, lambda: validate(cfg, job="ablations"))
-    cfg = _compose(["model.path=/nonexistent", "base_model.path=/nonexistent", "run.shard=merge"])
+    cfg = compose("detect", "model.path=/nonexistent", "base_model.path=/nonexistent", "run.shard=merge")
     msg = _message(ConfigError, lambda: validate(cfg, job="detect"))
     assert msg.startswith("run.shard='merge': must be null with base_model.path"), msg
 
@@ -273,10 +264,11 @@ def test_shards_the_merge_and_one_process_name_one_run_dir(model_dir, small):
 
     dirs = set()
     for extra in ([], ["run.shard=0/2"], ["run.shard=merge"]):
-        cfg = _compose([o for o in _overrides(model_dir, small, Path("x")) if not o.startswith("output_dir")] + extra)
+        cfg = compose("detect", *[o for o in _overrides(model_dir, small, Path("x")) if not o.startswith("output_dir")],
+                      *extra)
         dirs.add(run_dir(without_shard(cfg), "detect", "bench"))
     assert len(dirs) == 1
-    cfg = _compose([o for o in _overrides(model_dir, small, Path("x")) if not o.startswith("output_dir")])
+    cfg = compose("detect", *[o for o in _overrides(model_dir, small, Path("x")) if not o.startswith("output_dir")])
     from omegaconf import OmegaConf
 
     from zcp.config import to_dict
