@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 
 import zcp.config  # (registers the typed groups and the ${zcp.asset:...} resolver)
 import zcp.validate.baselines
@@ -24,7 +24,6 @@ from zcp.config.schemas import validate
 from zcp.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-CONF = str(REPO / "conf")
 
 
 def _entry(script: str) -> Any:
@@ -36,11 +35,6 @@ def _entry(script: str) -> Any:
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
     return sys.modules[name].main
-
-
-def _compose(config: str, overrides: list[str]) -> Any:
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name=config, overrides=overrides)
 
 
 @pytest.fixture
@@ -76,7 +70,7 @@ def _refused(script: str, config: str, overrides: list[str], key: str, tmp_path:
              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], absent: str | None = None) -> str:
     """Run the entry point on the composed config; assert one line naming `key`, exit 2, nothing written."""
     out = tmp_path / "out"
-    cfg = _compose(config, [*overrides, f"output_dir={out}", "logger=none"])
+    cfg = compose(config, *overrides, f"output_dir={out}", "logger=none")
     main = _entry(script)
     work = tmp_path / "work"
     work.mkdir()
@@ -140,7 +134,7 @@ def test_run_detect_mistakes_are_one_line(override, key, inputs, no_models, tmp_
 
 def test_zero_cot_budget_zero_is_fine_without_generation():
     """Only acc/con generate after the prefix: with p_first/p_all alone a zero budget is a valid choice."""
-    cfg = _compose("detect", ["probe.zero_cot_max_tokens=0", "probe.metrics=[p_first,p_all]"])
+    cfg = compose("detect", "probe.zero_cot_max_tokens=0", "probe.metrics=[p_first,p_all]")
     assert validate(cfg, job="detect")["probe"].zero_cot_max_tokens == 0
 
 
@@ -185,22 +179,22 @@ def test_a_cuda_device_without_cuda_is_one_line(script, config, override, key, i
 
 # ------------------------------------------------------------------- the mechanism
 def test_unknown_keys_are_refused_at_any_depth_with_a_suggestion():
-    cfg = _compose("detect", ["+model.vllm.tensor_paralel_size=2"])
+    cfg = compose("detect", "+model.vllm.tensor_paralel_size=2")
     with pytest.raises(ConfigError, match=r"model\.vllm: unknown key 'tensor_paralel_size'; did you mean "
                                           r"'tensor_parallel_size'\?"):
         validate(cfg, job="detect")
     with pytest.raises(ConfigError, match=r"paraphrase\.options: unknown key 'tempreature'"):
-        validate(_compose("contaminate", ["+paraphrase.options.tempreature=0.5"]), job="contaminate")
+        validate(compose("contaminate", "+paraphrase.options.tempreature=0.5"), job="contaminate")
     with pytest.raises(ConfigError, match=r"real_originals\.pools\.gsm8k: unknown key 'sise'"):
-        validate(_compose("calibration", ["+real_originals.pools.gsm8k.sise=3"]), job="calibration")
+        validate(compose("calibration", "+real_originals.pools.gsm8k.sise=3"), job="calibration")
 
 
 def test_keys_a_job_reads_when_added_are_known():
     """`+split.seed` (the simulation's split seed) and `+probe.api_instruction` are read by the jobs: accepted."""
-    assert validate(_compose("demo", ["+split.seed=3"]), job="demo")["split"].c_fraction == 0.5
-    validate(_compose("detect", ["+probe.api_instruction=Answer now."]), job="detect")
+    assert validate(compose("demo", "+split.seed=3"), job="demo")["split"].c_fraction == 0.5
+    validate(compose("detect", "+probe.api_instruction=Answer now."), job="detect")
     with pytest.raises(ConfigError, match=r"split\.seed='x'"):
-        validate(_compose("demo", ["+split.seed=x"]), job="demo")
+        validate(compose("demo", "+split.seed=x"), job="demo")
 
 
 def test_plain_dicts_still_validate_by_group():
@@ -214,6 +208,6 @@ def test_plain_dicts_still_validate_by_group():
 
 def test_messages_name_the_key_where_a_schema_is_reused():
     """ref_model is a model config: its mistakes say ref_model.*, not model.*."""
-    cfg = _compose("baselines", ["ref_model.batch_size=0"])
+    cfg = compose("baselines", "ref_model.batch_size=0")
     with pytest.raises(ConfigError, match=r"^ref_model\.batch_size=0"):
         validate(cfg, job="baselines")

@@ -1,9 +1,7 @@
 """Typed config groups: unknown keys and wrong types fail at compose time, ranges and choices right after."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from hydra.errors import ConfigCompositionException
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,18 +10,11 @@ from zcp.config import validate
 from zcp.config.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
 from zcp.errors import ConfigError
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def _compose(name: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name=name, overrides=overrides)
-
 
 @pytest.mark.parametrize(("name", "extra"), [("detect", ["data.path=x", "data.reference_path=y"]), ("demo", []),
                                              ("contaminate", []), ("contaminate", ["experiment=exposure_sweep"])])
 def test_real_configs_compose_and_validate(name, extra):
-    checked = validate(_compose(name, extra))
+    checked = validate(compose(name, *extra))
     assert isinstance(checked["stats"], StatsConfig) and isinstance(checked["run"], RunConfig)
     if name != "detect":
         assert isinstance(checked["detect"], SimDetectConfig) and isinstance(checked["exposure"], ExposureConfig)
@@ -37,31 +28,31 @@ def test_real_configs_compose_and_validate(name, extra):
     ("detect", ["data.path=x", "data.reference_path=y", "data.fields={question: problem}", "+data.variant_paths.more=z"]),
 ])
 def test_every_data_option_extends_the_typed_schema(name, extra):
-    cfg = _compose(name, extra)
+    cfg = compose(name, *extra)
     validate(cfg)
     with pytest.raises(ConfigCompositionException):
-        _compose(name, [*extra, "data.limitt=3"])
+        compose(name, *extra, "data.limitt=3")
 
 
 @pytest.mark.parametrize(("override", "key"), [("data.pair_by=row", "data.pair_by"), ("data.limit=0", "data.limit"),
                                               ("data.format=csv", "data.format"), ("data.on_invalid=ignore", "data.on_invalid")])
 def test_data_values_are_checked(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        validate(_compose("detect", ["data.path=x", "data.reference_path=y", override]))
+        validate(compose("detect", "data.path=x", "data.reference_path=y", override))
 
 
 def test_defaults_live_in_the_schema():
-    cfg = _compose("detect", ["data.path=x", "data.reference_path=y"])
+    cfg = compose("detect", "data.path=x", "data.reference_path=y")
     assert dict(cfg.stats) == {"test": "permutation", "bootstrap_samples": 10_000, "alpha": 0.05,
                                "reference_draws": "all"}
-    assert _compose("demo", []).run.chunk_size == 256  # the demo's one override
+    assert compose("demo").run.chunk_size == 256  # the demo's one override
 
 
 @pytest.mark.parametrize("override", ["stats.bootstrap_sample=5", "stats.alpha=high", "run.chunk=3",
                                       "exposure.kk=2", "detect.m=three", "run.progress=maybe"])
 def test_unknown_keys_and_wrong_types_fail_at_compose(override):
     with pytest.raises(ConfigCompositionException):
-        _compose("contaminate", [override])
+        compose("contaminate", override)
 
 
 @pytest.mark.parametrize(("override", "key"), [
@@ -74,7 +65,7 @@ def test_unknown_keys_and_wrong_types_fail_at_compose(override):
     ("exposure.grpo_prompts=all", "exposure.grpo_prompts"),
 ])
 def test_out_of_range_values_fail_before_anything_runs(override, key):
-    cfg = _compose("contaminate", [override])
+    cfg = compose("contaminate", override)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(cfg)
 
@@ -93,7 +84,7 @@ def test_fuzzed_overrides_fail_loudly_or_hold_valid_values(pairs):
     """No accepted config carries an out-of-range value: every override is refused or lands valid."""
     overrides = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in dict(pairs).items()]
     try:
-        checked = validate(_compose("contaminate", overrides))
+        checked = validate(compose("contaminate", *overrides))
     except (ConfigCompositionException, ConfigError):
         return
     s, r, d, e = checked["stats"], checked["run"], checked["detect"], checked["exposure"]
