@@ -9,6 +9,7 @@ from hydra import compose as _hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and the typed config groups)
 from zcp import REPO_ROOT
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from configs import compose
 
 os.environ["WANDB_MODE"] = "disabled"
 
@@ -34,7 +35,6 @@ from zcp.simulate.rewards import (
 from zcp.simulate.stages import Stage, run_stages
 
 REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
 RELEASE = REPO / "tests" / "fixtures" / "zcp-release"
 
 
@@ -247,16 +247,6 @@ def test_release_paraphrased_file_pairs_by_original_index():
 # ------------------------------------------------------------------------------------------ C/U files, config
 
 
-def _compose(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    import zcp.config  # noqa: F401
-
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return OmegaConf.to_container(compose(config_name="contaminate", overrides=list(overrides)), resolve=True)
-
-
 def test_manifest_from_given_c_and_u_files(tmp_path):
     from zcp.benchmarks.split import Manifest
     from zcp.simulate.contaminate import _manifest, load_benchmark
@@ -265,15 +255,16 @@ def test_manifest_from_given_c_and_u_files(tmp_path):
     src = (RELEASE / "omnimath_dataset_c_rows1-6_2154.jsonl").read_text().splitlines()[:6]
     c_path.write_text("\n".join(src[:4]) + "\n")
     u_path.write_text("\n".join(src[4:]) + "\n")
-    cfg = _compose("benchmark.format=zcp_release", f"split.c_path={c_path}", f"split.u_path={u_path}")
+    cfg = compose("contaminate", "benchmark.format=zcp_release", f"split.c_path={c_path}",
+                  f"split.u_path={u_path}", resolve=True)
     items = load_benchmark(cfg)
     assert len(items) == 6
     m = _manifest(cfg, items, tmp_path, seed=0)
     assert m.c_ids == [f"dataset_c-{i:05d}" for i in range(4)] and m.u_ids == ["dataset_u-00000", "dataset_u-00001"]
     assert Manifest.load(tmp_path / "manifest.json").c_ids == m.c_ids
     assert [it.question for it in m.subset(items, "U")] == [json.loads(x)["question"] for x in src[4:]]
-    cfg1 = _compose("benchmark.format=zcp_release", "benchmark.limit=2", f"split.c_path={c_path}",
-                    f"split.u_path={u_path}")
+    cfg1 = compose("contaminate", "benchmark.format=zcp_release", "benchmark.limit=2",
+                   f"split.c_path={c_path}", f"split.u_path={u_path}", resolve=True)
     assert len(load_benchmark(cfg1)) == 4
 
 
@@ -296,7 +287,8 @@ def test_given_split_files_and_inputs_fail_in_one_line_before_any_model(tmp_path
         ({"exposure": {"paraphraser": "llm", "k": 2}, "paraphrase": {"model": {"path": None}}},
          "paraphrase.model.path"),
     ]
-    base = _compose()  # a whole config: the job reads every group through its schema (zcp.simulate.settings)
+    # a whole config: the job reads every group through its schema (zcp.simulate.settings)
+    base = compose("contaminate", resolve=True)
     for extra, msg in cases:
         cfg = {**base, **{group: {**base[group], **values} for group, values in extra.items()}}
         with pytest.raises(ConfigError, match=msg) as e:
@@ -309,8 +301,9 @@ def test_answer_format_is_typed_at_compose_time():
     from zcp.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"exposure\.answer_format"):
-        validate(_compose("exposure.answer_format=latex"))
-    assert validate(_compose("exposure.answer_format=mix"))["exposure"].answer_format == "mix"
+        validate(compose("contaminate", "exposure.answer_format=latex", resolve=True))
+    checked = validate(compose("contaminate", "exposure.answer_format=mix", resolve=True))
+    assert checked["exposure"].answer_format == "mix"
 
 
 def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
@@ -318,7 +311,7 @@ def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
     run dir (and so resume); setting one of them to a non-default value gives a new run dir."""
     from zcp.simulate.contaminate import _run_dir
 
-    new = _compose()
+    new = compose("contaminate", resolve=True)
     old = json.loads(json.dumps(new))
     for key in ("answer_format", "paraphrases_path", "paraphrases_format", "paraphrases_variant", "paraphrases_pair_by"):
         del old["exposure"][key]
@@ -329,15 +322,16 @@ def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
     assert _run_dir(new) == _run_dir(old)
     for override in ("exposure.answer_format=hash", "exposure.paraphrases_path=x.jsonl", "train.rewards.format=0.5",
                      "split.c_path=c.jsonl"):
-        assert _run_dir(_compose(override)) != _run_dir(new), override
+        assert _run_dir(compose("contaminate", override, resolve=True)) != _run_dir(new), override
     # backend-only model settings (vLLM, API, batch sizes) do not decide training: same run dir
     for override in ("model.gen_batch_size=7", "model.vllm.max_num_seqs=3", "model.api.concurrency=2"):
-        assert _run_dir(_compose(override)) == _run_dir(new), override
-    assert _run_dir(_compose("model.dtype=float32")) != _run_dir(new)
+        assert _run_dir(compose("contaminate", override, resolve=True)) == _run_dir(new), override
+    assert _run_dir(compose("contaminate", "model.dtype=float32", resolve=True)) != _run_dir(new)
     # the LLM paraphraser's model only matters when that paraphraser is used
-    assert _run_dir(_compose("paraphrase.model.path=somewhere")) == _run_dir(new)
-    assert _run_dir(_compose("exposure.paraphraser=llm", "paraphrase.model.path=a")) != \
-        _run_dir(_compose("exposure.paraphraser=llm", "paraphrase.model.path=b"))
+    assert _run_dir(compose("contaminate", "paraphrase.model.path=somewhere", resolve=True)) == _run_dir(new)
+    assert _run_dir(compose("contaminate", "exposure.paraphraser=llm", "paraphrase.model.path=a",
+                            resolve=True)) != \
+        _run_dir(compose("contaminate", "exposure.paraphraser=llm", "paraphrase.model.path=b", resolve=True))
 
 
 # ------------------------------------------------------------------------------------------ LLM paraphraser
@@ -373,8 +367,8 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
 
     monkeypatch.setattr(zcp.backends.registry, "build_backend", fake_build_backend)
     items = _bench(4)
-    cfg = _compose("exposure.paraphraser=llm", "exposure.k=2", "paraphrase.model.path=my/llm",
-                   "paraphrase.options.rewrite_solution=false", "exposure.clean_fraction=0")
+    cfg = compose("contaminate", "exposure.paraphraser=llm", "exposure.k=2", "paraphrase.model.path=my/llm",
+                  "paraphrase.options.rewrite_solution=false", "exposure.clean_fraction=0", resolve=True)
     manifest = split_items(items, seed=0, c_fraction=0.5)
     counts = build_training_data(cfg, items, manifest, tmp_path, seed=0)
     assert built and built[0]["path"] == "my/llm"
@@ -389,7 +383,7 @@ def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path)
     the same training config is accepted, a different one still refused."""
     from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check
 
-    cfg = _compose()
+    cfg = compose("contaminate", resolve=True)
     old_fp = json.loads(json.dumps({k: v for k, v in cfg.items()
                                     if k not in ("logger", "output_dir", "hydra", "stages", "detect", "probe",
                                                  "stats", "run")}))

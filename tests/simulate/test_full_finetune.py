@@ -10,16 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
-from zcp import REPO_ROOT
 from zcp.errors import ConfigError
-
-
-def _compose(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose("contaminate", overrides=list(overrides)), resolve=True)
 
 
 def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
@@ -27,9 +20,9 @@ def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
     from zcp.simulate.rundir import _run_dir
     from zcp.simulate.settings import sim_config
 
-    default = _compose("experiment=paper_recipe")
+    default = compose("contaminate", "experiment=paper_recipe", resolve=True)
     assert default["train"]["finetune"] == "lora"
-    full = _compose("experiment=paper_recipe", "train.finetune=full")
+    full = compose("contaminate", "experiment=paper_recipe", "train.finetune=full", resolve=True)
     validate(full, job="contaminate")
     assert sim_config(full).train.finetune == "full"
     # lora is what every run before the key did: same run dir as a config without the key; full is another run
@@ -37,7 +30,8 @@ def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
     del no_key["train"]["finetune"]
     assert _run_dir(default) == _run_dir(no_key) != _run_dir(full)
     with pytest.raises(ConfigError, match=r"train\.finetune"):
-        validate(_compose("experiment=paper_recipe", "train.finetune=half"), job="contaminate")
+        validate(compose("contaminate", "experiment=paper_recipe", "train.finetune=half", resolve=True),
+                 job="contaminate")
 
 
 def test_ladder_experiment_composes_each_rung():
@@ -46,12 +40,13 @@ def test_ladder_experiment_composes_each_rung():
 
     rungs = {}
     for rung in ("r1", "r2", "r3"):
-        c = _compose("experiment=paper_recipe_ladder", f"+ladder_rung={rung}", "exposure.leak_fraction=0")
+        c = compose("contaminate", "experiment=paper_recipe_ladder", f"+ladder_rung={rung}",
+                    "exposure.leak_fraction=0", resolve=True)
         validate(c, job="contaminate")
         s = sim_config(c)
         rungs[rung] = (s.exposure.sft_epochs, s.exposure.lora_r, s.train.finetune, s.exposure.lr,
                        s.train.grpo["learning_rate"], s.exposure.leak_fraction, s.benchmark.n)
-    profile = _compose()["train"]
+    profile = compose("contaminate", resolve=True)["train"]
     assert rungs["r1"] == (60, profile["lora"]["r"], "lora", profile["sft"]["learning_rate"],
                            profile["grpo"]["learning_rate"], 0.0, 40)
     assert rungs["r2"][:3] == (60, 64, "lora") and rungs["r2"][3:] == rungs["r1"][3:]
@@ -152,9 +147,10 @@ def test_the_free_space_check_counts_a_full_fine_tune_s_model_copies(tmp_path):
     full fine-tuning (three saved models and two stages' checkpoints with Adam's moments), plus the margin."""
     from zcp.simulate.checks import MIN_FREE_MARGIN, min_free_bytes
 
-    lora = min_free_bytes(_compose(), tmp_path) - MIN_FREE_MARGIN
-    full = min_free_bytes(_compose("train.finetune=full"), tmp_path) - MIN_FREE_MARGIN
+    lora = min_free_bytes(compose("contaminate", resolve=True), tmp_path) - MIN_FREE_MARGIN
+    full_cfg = compose("contaminate", "train.finetune=full", resolve=True)
+    full = min_free_bytes(full_cfg, tmp_path) - MIN_FREE_MARGIN
     assert lora > 0 and full == 13 * lora
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    assert min_free_bytes(_compose("train.finetune=full"), tmp_path) == MIN_FREE_MARGIN  # model/ written: done
+    assert min_free_bytes(full_cfg, tmp_path) == MIN_FREE_MARGIN  # model/ written: done

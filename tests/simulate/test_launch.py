@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
+from configs import compose
 from omegaconf import OmegaConf
 
 import zcp.config  # noqa: F401  (registers ${zcp.asset:...})
@@ -25,11 +25,6 @@ TRAIN_PROFILES = sorted(p.stem for p in (CONF / "train").glob("*.yaml"))
 PAPER_MODELS = ["qwen2.5-math-7b-instruct", "qwen3-8b", "deepseek-math-7b-rl"]
 
 
-def _compose(overrides: list[str], hydra_cfg: bool = False):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="contaminate", overrides=overrides, return_hydra_config=hydra_cfg)
-
-
 def test_profiles_exist():
     assert {"cpu_tiny", "gpu_7b"} <= set(TRAIN_PROFILES)
 
@@ -40,7 +35,7 @@ def test_train_profile_composes_and_builds_trl_configs(profile, tmp_path):
 
     from zcp.simulate.sft import lora_config, trainer_args
 
-    cfg = _compose([f"train={profile}"])
+    cfg = compose("contaminate", f"train={profile}")
     c = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     t = c["train"]
     ex = c["exposure"]
@@ -61,7 +56,7 @@ def test_train_profile_composes_and_builds_trl_configs(profile, tmp_path):
 
 @pytest.mark.parametrize("model", ["tiny", *PAPER_MODELS])
 def test_model_configs_compose(model):
-    cfg = _compose([f"model={model}", "train=gpu_7b" if model != "tiny" else "train=cpu_tiny"])
+    cfg = compose("contaminate", f"model={model}", "train=gpu_7b" if model != "tiny" else "train=cpu_tiny")
     m = OmegaConf.to_container(cfg.model, resolve=True)
     assert m["path"] and m["trust_remote_code"] is False
     if model != "tiny":
@@ -70,7 +65,7 @@ def test_model_configs_compose(model):
 
 
 def test_exposure_sweep_composes_and_sweeps_real_knobs():
-    cfg = _compose(["experiment=exposure_sweep"], hydra_cfg=True)
+    cfg = compose("contaminate", "experiment=exposure_sweep", return_hydra_config=True)
     assert cfg.hydra.mode.name == "MULTIRUN"
     params = dict(cfg.hydra.sweeper.params)
     assert "exposure.answer_only_fraction" in params and len(params) >= 2
@@ -87,7 +82,8 @@ def test_exposure_sweep_composes_and_sweeps_real_knobs():
 
 
 def test_slurm_launcher_composes():
-    cfg = _compose(["hydra/launcher=slurm", "experiment=exposure_sweep"], hydra_cfg=True)
+    cfg = compose("contaminate", "hydra/launcher=slurm", "experiment=exposure_sweep",
+                  return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.gpus_per_node >= 1 and launcher.timeout_min > 0
@@ -113,8 +109,10 @@ def test_submitit_launcher_files_mirror_the_plugin(name, queue):
 def test_local_and_slurm_launchers_compose_to_the_same_jobs():
     """The sweep under submitit_local and under slurm: the same job config and sweep points; only the launcher
     node differs, slurm's fields a superset of the local ones (the SLURM launcher is the local one plus SLURM's)."""
-    local = _compose(["hydra/launcher=submitit_local", "experiment=exposure_sweep"], hydra_cfg=True)
-    slurm = _compose(["hydra/launcher=slurm", "experiment=exposure_sweep"], hydra_cfg=True)
+    local = compose("contaminate", "hydra/launcher=submitit_local", "experiment=exposure_sweep",
+                    return_hydra_config=True)
+    slurm = compose("contaminate", "hydra/launcher=slurm", "experiment=exposure_sweep",
+                    return_hydra_config=True)
     plain = [OmegaConf.to_container(c, resolve=False) for c in (local, slurm)]
     hydra_l, hydra_s = plain[0].pop("hydra"), plain[1].pop("hydra")
     assert plain[0] == plain[1]  # every job key, as each job will compose it

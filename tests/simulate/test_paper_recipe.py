@@ -6,10 +6,8 @@ train profile's. On the shipped model its pre-training checks pass (it would sta
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
-from zcp import REPO_ROOT
 from zcp.config.schemas import validate
 from zcp.simulate.checks import _grpo_reward_settings, check_inputs
 from zcp.simulate.rewards import format_reward, reward_funcs
@@ -20,14 +18,8 @@ RELEASE_PREFIX = "\n\nThe final answer is:\n\\[\n\\boxed{"
 GPU_MODELS = ["qwen2.5-math-7b-instruct", "qwen3-8b", "deepseek-math-7b-rl"]
 
 
-def _compose(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose("contaminate", overrides=list(overrides)), resolve=True)
-
-
 def _profile(name: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose("contaminate", overrides=[f"train={name}"]), resolve=True)["train"]
+    return compose("contaminate", f"train={name}", resolve=True)["train"]
 
 
 def _assert_recipe(c: dict, profile: dict) -> None:
@@ -56,7 +48,7 @@ def _assert_recipe(c: dict, profile: dict) -> None:
 
 
 def test_composes_with_the_default_cpu_profile():
-    c = _compose("experiment=paper_recipe")
+    c = compose("contaminate", "experiment=paper_recipe", resolve=True)
     assert c["name"] == "paper_recipe" and c["model"]["path"].endswith("base_model")
     _assert_recipe(c, _profile("cpu_tiny"))
 
@@ -67,10 +59,11 @@ def test_composes_with_gpu_7b_and_the_7b_model_configs(model):
 
     from zcp.simulate.sft import trainer_args
 
-    c = _compose("experiment=paper_recipe", "train=gpu_7b", f"model={model}")
+    c = compose("contaminate", "experiment=paper_recipe", "train=gpu_7b", f"model={model}", resolve=True)
     profile = _profile("gpu_7b")
     _assert_recipe(c, profile)
-    assert c["model"]["path"] == _compose(f"model={model}", "train=gpu_7b")["model"]["path"]
+    assert c["model"]["path"] == \
+        compose("contaminate", f"model={model}", "train=gpu_7b", resolve=True)["model"]["path"]
     assert (sim_config(c).exposure.lora_r, sim_config(c).exposure.grpo_steps) == (64, 300)
     # the profile's positional reward weights are replaced by the named ones, and TRL accepts the result
     _, settings = _grpo_reward_settings(sim_config(c).train)
@@ -79,7 +72,7 @@ def test_composes_with_gpu_7b_and_the_7b_model_configs(model):
 
 
 def test_without_the_preset_the_defaults_are_unchanged():
-    s = sim_config(_compose())
+    s = sim_config(compose("contaminate", resolve=True))
     assert (s.exposure.answer_only_fraction, s.exposure.clean_fraction) == (0.5, 0.5)
     names, settings = _grpo_reward_settings(s.train)
     assert dict(zip(names, settings["reward_weights"], strict=True)) == {"correctness": 1.0, "format": 0.25}
@@ -92,7 +85,7 @@ def test_on_the_shipped_model_it_passes_the_checks_made_before_training():
     included) pass, so the run would not fail after training."""
     from zcp.simulate.pipeline import check_detection_stage
 
-    c = _compose("experiment=paper_recipe", "benchmark.n=12", "logger=none")
+    c = compose("contaminate", "experiment=paper_recipe", "benchmark.n=12", "logger=none", resolve=True)
     check_inputs(c)
     found = check_detection_stage(c)
     assert found["items"] == 12 and found["overflow"] == 0 and found["units"] > 12
@@ -104,7 +97,7 @@ def test_references_build_for_a_run_that_trained_on_nothing_outside_the_benchmar
     from zcp.simulate.benchmark import load_benchmark
     from zcp.simulate.splits import simulation_references
 
-    c = _compose("experiment=paper_recipe", "benchmark.n=12")
+    c = compose("contaminate", "experiment=paper_recipe", "benchmark.n=12", resolve=True)
     items = load_benchmark(c)
     (tmp_path / "training_items.jsonl").write_text("", encoding="utf-8")
     refs, report = simulation_references(c, items, 2, 0, run_dir=tmp_path)

@@ -27,8 +27,7 @@ import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
 from zcp import REPO_ROOT
 from zcp.config import asset_path, one_line_errors
@@ -43,20 +42,6 @@ REDUCED = [
     "train.grpo.num_generations=4", "detect.m=1", "detect.seeds=[0,1]", "stats.bootstrap_samples=500",
     "probe.full_cot_max_tokens=40", "logger=none", "train.sft.warmup_steps=0",
 ]
-
-
-def _compose(*overrides: str, name: str = "contaminate") -> object:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return compose(name, overrides=list(overrides))
-
-
-def _demo(*overrides: str) -> object:
-    """The main job's config (conf/demo.yaml: contaminate + detect, the probe group composed) with `overrides`."""
-    return _compose(*overrides, name="demo")
-
-
-def _plain(*overrides: str, name: str = "contaminate") -> dict:
-    return OmegaConf.to_container(_compose(*overrides, name=name), resolve=True)
 
 
 def _shipped() -> None:
@@ -114,8 +99,8 @@ def test_given_cu_files_without_a_builder_fail_before_training(tmp_path, no_mode
     _shipped()
     c, u = _split_files(tmp_path, RELEASE, 4, 2)
     out = tmp_path / "run"
-    cfg = _demo(*REDUCED, "benchmark.format=zcp_release", f"split.c_path={c}", f"split.u_path={u}",
-                   "stages=[contaminate,detect]", f"output_dir={out}")
+    cfg = compose("demo", *REDUCED, "benchmark.format=zcp_release", f"split.c_path={c}", f"split.u_path={u}",
+                  "stages=[contaminate,detect]", f"output_dir={out}")
     with pytest.raises(ConfigError, match=r"detect\.reference_path is required for the given C and U files") as e:
         run_simulation(cfg)
     _one_line(e.value)
@@ -130,7 +115,8 @@ def test_given_gsm8k_cu_files_get_the_gsm8k_builder(tmp_path):
     from zcp.simulate.splits import check_reference_source, simulation_splits
 
     c, u = _split_files(tmp_path, GSM8K, 6, 6)
-    cfg = _plain("benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}", "detect.m=1", "detect.seeds=[0]")
+    cfg = compose("contaminate", "benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}",
+                  "detect.m=1", "detect.seeds=[0]", resolve=True)
     assert check_reference_source(cfg) == "gsm8k"
     items = load_benchmark(cfg)
     manifest = Manifest(c_ids=[f"c{k}" for k in range(6)], u_ids=[f"u{k}" for k in range(6)], seed=0)
@@ -138,8 +124,8 @@ def test_given_gsm8k_cu_files_get_the_gsm8k_builder(tmp_path):
     groups, refs, _ = simulation_splits(cfg, items, manifest, report=report)
     assert report["method"] == "gsm8k" and refs and all(len(v) >= 1 for v in refs.values())
     assert {it.id for g in groups.values() for it in g} == set(refs)
-    bad = _plain("benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}",
-                 "detect.reference.method=wordproblem")
+    bad = compose("contaminate", "benchmark.format=gsm8k", f"split.c_path={c}", f"split.u_path={u}",
+                  "detect.reference.method=wordproblem", resolve=True)
     with pytest.raises(ConfigError, match=r"the wordproblem builder cannot build references for the given C and U") as e:
         check_reference_source(bad)
     _one_line(e.value)
@@ -152,7 +138,7 @@ def test_run_contaminate_composes_the_probe_and_its_context_check_passes_before_
     """run_contaminate's config composes the probe group with the profile's full-CoT budget (160 of the shipped
     model's 256 positions), so stages=[contaminate,detect] fits; checked with the tokenizer only."""
     _shipped()
-    cfg = _plain("stages=[contaminate,detect]", "benchmark.n=16")
+    cfg = compose("contaminate", "stages=[contaminate,detect]", "benchmark.n=16", resolve=True)
     assert cfg["probe"]["full_cot_max_tokens"] == cfg["train"]["eval_max_new_tokens"] == 160
     assert cfg["probe"]["metrics"] == ["acc", "con", "p_first", "p_all"]
     from zcp.simulate.pipeline import check_detection_stage
@@ -166,15 +152,16 @@ def test_overflow_is_refused_before_training_naming_the_simulations_keys(tmp_pat
 
     _shipped()
     out = tmp_path / "run"
-    cfg = _demo(*REDUCED, "probe.full_cot_max_tokens=512", "stages=[contaminate,detect]", f"output_dir={out}")
+    cfg = compose("demo", *REDUCED, "probe.full_cot_max_tokens=512", "stages=[contaminate,detect]",
+                  f"output_dir={out}")
     with pytest.raises(DataError) as e:
         run_simulation(cfg)
     msg = _one_line(e.value)
     assert "probe.full_cot_max_tokens=512" in msg and "detect.on_overflow=skip" in msg and "data.on_overflow" not in msg
     assert _empty(out)
     # skip on a run where every prompt overflows leaves nothing to test: refused too, before training
-    cfg = _demo(*REDUCED, "probe.full_cot_max_tokens=512", "detect.on_overflow=skip",
-                   "stages=[contaminate,detect]", f"output_dir={out}")
+    cfg = compose("demo", *REDUCED, "probe.full_cot_max_tokens=512", "detect.on_overflow=skip",
+                  "stages=[contaminate,detect]", f"output_dir={out}")
     with pytest.raises(DataError, match=r"nothing left to test in C.*too long.*detect\.on_overflow") as e:
         run_simulation(cfg)
     _one_line(e.value)
@@ -188,20 +175,21 @@ def test_later_stages_settings_never_change_the_contamination_run(tmp_path):
 
     _shipped()
     base = ["stages=[contaminate,detect]"]
-    cfg = _plain(*base)
+    cfg = compose("contaminate", *base, resolve=True)
     fp = _config_fingerprint(cfg)
     for extra in (["+data.on_overflow=skip"], ["probe.full_cot_max_tokens=100"], ["detect.on_overflow=skip"],
                   ["detect.missing_reference=skip"], ["stats.bootstrap_samples=100"], ["run.chunk_size=8"],
                   ["stages=[contaminate,detect,baselines]"], ["baselines_overrides=['detectors=[ppl]']"],
                   ["detect.m=5"]):
-        other = _plain(*base, *extra)
+        other = compose("contaminate", *base, *extra, resolve=True)
         assert _config_fingerprint(other) == fp, extra
         assert _run_dir(other) == _run_dir(cfg), extra
     _fingerprint_check(tmp_path, cfg, fp)
-    _fingerprint_check(tmp_path, _plain(*base, "+data.on_overflow=skip", "probe.full_cot_max_tokens=100"))
+    _fingerprint_check(tmp_path, compose("contaminate", *base, "+data.on_overflow=skip",
+                                         "probe.full_cot_max_tokens=100", resolve=True))
     # a training setting still refuses, in one line naming what differs
     with pytest.raises(ConfigError, match=r"different config \(exposure\.k: 6 -> 3\)") as e:
-        _fingerprint_check(tmp_path, _plain(*base, "exposure.k=3"))
+        _fingerprint_check(tmp_path, compose("contaminate", *base, "exposure.k=3", resolve=True))
     _one_line(e.value)
 
 
@@ -223,8 +211,9 @@ def _gsm8k_reference(tmp_path: Path, ids: list[str], skip: set[str]) -> Path:
 
 
 def _own_file_cfg(ref: Path, *extra: str) -> dict:
-    return _plain("benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k", "benchmark.limit=8",
-                  f"detect.reference_path={ref}", "detect.m=1", "detect.seeds=[0]", *extra, name="demo")
+    return compose("demo", "benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k",
+                   "benchmark.limit=8", f"detect.reference_path={ref}", "detect.m=1", "detect.seeds=[0]",
+                   *extra, resolve=True)
 
 
 def test_own_file_with_a_full_benchmark_reference_and_missing_rows(tmp_path, no_models):
@@ -240,9 +229,9 @@ def test_own_file_with_a_full_benchmark_reference_and_missing_rows(tmp_path, no_
     out = tmp_path / "run"
     with pytest.raises(DataError, match=r"2 of 8 benchmark item\(s\) have no reference row.*"
                                         r"detect\.missing_reference=skip") as e:
-        run_simulation(_demo(*REDUCED, "benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k",
-                                "benchmark.limit=8", f"detect.reference_path={ref}", "stages=[contaminate,detect]",
-                                f"output_dir={out}"))
+        run_simulation(compose("demo", *REDUCED, "benchmark.source=file", f"benchmark.path={GSM8K}",
+                               "benchmark.format=gsm8k", "benchmark.limit=8", f"detect.reference_path={ref}",
+                               "stages=[contaminate,detect]", f"output_dir={out}"))
     _one_line(e.value)
     assert _empty(out)
     cfg = _own_file_cfg(ref, "detect.missing_reference=skip")
@@ -306,7 +295,7 @@ def test_detection_stage_on_own_file_skips_what_does_not_fit(tmp_path, tiny_mode
     from zcp.benchmarks.loaders import load_items as load_rows
     from zcp.probe.prompts import positions_needed
 
-    probe = probe_config(_plain(*base, name="demo")["probe"])
+    probe = probe_config(compose("demo", *base, resolve=True)["probe"])
     counter = HFBackend.from_pretrained(str(tiny_model))
     originals = {it.id: it for it in load_items(str(GSM8K), format="gsm8k", limit=8)}
     rows = {it.metadata.get("original_id") or it.id.split("::")[0]: it for it in load_rows(str(ref), format="items")}
@@ -336,7 +325,8 @@ def test_sft_steps_within_warmup_are_refused_before_training(tmp_path, no_models
 
     _shipped()
     out = tmp_path / "run"
-    cfg = _plain("benchmark.n=12", "exposure.k=1", "exposure.sft_epochs=1", "logger=none", f"output_dir={out}")
+    cfg = compose("contaminate", "benchmark.n=12", "exposure.k=1", "exposure.sft_epochs=1", "logger=none",
+                  f"output_dir={out}", resolve=True)
     with pytest.raises(ConfigError) as e:
         contaminate(cfg)
     msg = _one_line(e.value)
@@ -394,9 +384,9 @@ def test_two_simulations_share_the_base_model_detection(tmp_path, tiny_model, mo
     from zcp.simulate.contaminate import result_dict
     from zcp.simulate.pipeline import run_detection_stage
 
-    cfg = _plain("benchmark.n=8", "detect.m=1", "detect.seeds=[0]", f"model.path={tiny_model}",
-                 "probe.metrics=[p_first,p_all]",
-                 "stats.bootstrap_samples=100", "logger=none", "run.progress=false", name="demo")
+    cfg = compose("demo", "benchmark.n=8", "detect.m=1", "detect.seeds=[0]", f"model.path={tiny_model}",
+                  "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=100", "logger=none",
+                  "run.progress=false", resolve=True)
     runs = tmp_path / "runs"
     res_a, res_b = (_fake_result(runs / n, tiny_model, cfg) for n in ("a", "b"))
     release, real = threading.Event(), zcp.probe.detect.probe_items
@@ -460,7 +450,7 @@ def test_model_dir_without_weights_is_one_line_before_anything(tmp_path, no_mode
             (model / name).write_bytes((base / name).read_bytes())
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match=r"model\.path=.*no safetensors weights") as e:
-        run_simulation(_demo(*REDUCED, f"model.path={model}", f"output_dir={out}"))
+        run_simulation(compose("demo", *REDUCED, f"model.path={model}", f"output_dir={out}"))
     _one_line(e.value)
     assert _empty(out)
 
@@ -477,10 +467,10 @@ def test_a_different_config_in_a_run_dir_is_one_line(tmp_path, no_models, capsys
     _shipped()
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     out = tmp_path / "run"
-    _fingerprint_check(out, _plain(*REDUCED, f"output_dir={out}", name="demo"))
+    _fingerprint_check(out, compose("demo", *REDUCED, f"output_dir={out}", resolve=True))
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(SystemExit) as e:
-        _main(_demo(*REDUCED, "exposure.k=2", f"output_dir={out}"))
+        _main(compose("demo", *REDUCED, "exposure.k=2", f"output_dir={out}"))
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "different config (exposure.k: 1 -> 2)" in err[0] and "run_config.json" in err[0]
@@ -498,7 +488,7 @@ def test_enospc_anywhere_is_one_line_naming_the_path(tmp_path, no_models, capsys
     monkeypatch.setattr(os, "fsync", full)
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as e:
-        _main(_demo(*REDUCED, f"output_dir={out}"))
+        _main(compose("demo", *REDUCED, f"output_dir={out}"))
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(out / "run_config.json") in err[0] and "OSError 28 ENOSPC" in err[0], err
@@ -558,13 +548,14 @@ def test_read_only_output_dir_is_one_line_before_models_load(tmp_path, no_models
     ro.mkdir()
     _read_only(monkeypatch, ro)
     with pytest.raises(RunDirError, match=r"is not writable: .*OSError 30 EROFS") as e:
-        run_simulation(_demo(*REDUCED, f"output_dir={ro / 'run'}"))
+        run_simulation(compose("demo", *REDUCED, f"output_dir={ro / 'run'}"))
     _one_line(e.value)
     assert _empty(ro)
     # a finished contamination run on a read-only disk: the detection stage refuses before a model loads
     monkeypatch.undo()
-    cfg = _plain("benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k", "benchmark.limit=4",
-                 "detect.m=1", "detect.seeds=[0]", f"model.path={tiny_model}", "logger=none")
+    cfg = compose("contaminate", "benchmark.source=file", f"benchmark.path={GSM8K}", "benchmark.format=gsm8k",
+                  "benchmark.limit=4", "detect.m=1", "detect.seeds=[0]", f"model.path={tiny_model}",
+                  "logger=none", resolve=True)
     result = _fake_result(ro / "run", tiny_model, cfg)
     import zcp.config
 
@@ -583,6 +574,6 @@ def test_too_little_free_space_is_one_line_before_models_load(tmp_path, no_model
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 5 << 20))
     out = tmp_path / "run"
     with pytest.raises(RunDirError, match=r"5 MiB free on .*needs at least \d+ MiB") as e:
-        run_simulation(_demo(*REDUCED, f"output_dir={out}"))
+        run_simulation(compose("demo", *REDUCED, f"output_dir={out}"))
     _one_line(e.value)
     assert _empty(out)

@@ -4,20 +4,14 @@ once, in zcp.config.schemas), while the run dir's identity stays made of the pla
 import dataclasses
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from omegaconf import OmegaConf
 
-from zcp import REPO_ROOT
 from zcp.config.schemas import BenchmarkConfig, CleanConfig, ExposureConfig, TrainConfig, validate
 from zcp.errors import ConfigError
 from zcp.simulate.settings import SimConfig, field_default, sim_config
 
 PROFILE = {"sft": {"num_train_epochs": 3, "learning_rate": 0.1}, "lora": {"r": 8}, "grpo": {"max_steps": 0}}
-
-
-def _compose(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose("contaminate", overrides=list(overrides)), resolve=True)
 
 
 def test_a_group_left_out_reads_the_schema_defaults():
@@ -64,7 +58,8 @@ def test_the_added_split_seed_key_is_typed_and_defaults_to_the_run_seed():
 def test_groups_equal_what_the_entry_point_validates():
     """On a composed config the groups the job reads are the ones validate(job="contaminate") builds, and the plain
     values are kept as given (the fingerprint's input)."""
-    cfg = _compose("exposure.k=2", "+split.seed=3", "clean.answer_only_fraction=null")
+    cfg = compose("contaminate", "exposure.k=2", "+split.seed=3", "clean.answer_only_fraction=null",
+                  resolve=True)
     root = validate(cfg, job="contaminate")["__job__"]
     s = sim_config(cfg)
     read = [f.name for f in dataclasses.fields(root) if hasattr(SimConfig, f.name)]
@@ -80,7 +75,7 @@ def test_the_run_dir_is_hashed_from_the_plain_values():
     """Reading the schema defaults does not change the run dir: a config without a key keeps its hash."""
     from zcp.simulate.rundir import _canonical, _run_dir, is_sham
 
-    cfg = _compose()
+    cfg = compose("contaminate", resolve=True)
     assert _run_dir(cfg) == _run_dir(SimConfig(cfg)) == _run_dir(OmegaConf.create(cfg))
     assert "families" not in _canonical({"benchmark": {"n": 4}})["benchmark"]
     assert not is_sham({}) and is_sham({"leak_fraction": 0}) and is_sham(ExposureConfig(leak_fraction=0.0, **_knobs()))

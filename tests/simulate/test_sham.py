@@ -14,12 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from zcp import REPO_ROOT
 from zcp.benchmarks.wordproblems import signature
 from zcp.config import asset_path
 from zcp.core.io import read_jsonl, sha256_file, write_jsonl
@@ -34,11 +32,6 @@ REDUCED = [
     "probe.full_cot_max_tokens=40", "logger=none",
     "train.sft.warmup_steps=0",  # its one SFT step must run at a learning rate above 0 (else the model is unchanged)
 ]
-
-
-def _compose(*overrides: str, name: str = "contaminate") -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose(name, overrides=list(overrides)), resolve=True)
 
 
 @pytest.fixture
@@ -73,19 +66,19 @@ def test_leak_fraction_out_of_range_is_refused_at_compose_time(value):
     from zcp.config.schemas import validate
 
     with pytest.raises(ConfigError, match=r"exposure\.leak_fraction") as e:
-        validate(_compose(f"exposure.leak_fraction={value}"))
+        validate(compose("contaminate", f"exposure.leak_fraction={value}", resolve=True))
     assert "[0, 1]" in _one_line(e)
-    assert validate(_compose("exposure.leak_fraction=0"))["exposure"].leak_fraction == 0.0
+    checked = validate(compose("contaminate", "exposure.leak_fraction=0", resolve=True))
+    assert checked["exposure"].leak_fraction == 0.0
     with pytest.raises(ConfigError, match=r"exposure\.sham_items"):
-        validate(_compose("exposure.leak_fraction=0", "exposure.sham_items=0"))
+        validate(compose("contaminate", "exposure.leak_fraction=0", "exposure.sham_items=0", resolve=True))
 
 
 def test_leak_fraction_rounding_to_no_item_fails_before_any_model_loads(no_models, tmp_path):
     from zcp.simulate.pipeline import run_simulation
 
     out = tmp_path / "run"
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=["exposure.leak_fraction=0.003", "logger=none", f"output_dir={out}"])
+    cfg = compose("demo", "exposure.leak_fraction=0.003", "logger=none", f"output_dir={out}")
     with pytest.raises(ConfigError) as e:
         run_simulation(cfg)
     assert _one_line(e) == ("exposure.leak_fraction=0.003 leaks round(0.003 x 50) = 0 of 50 C items; "
@@ -101,7 +94,8 @@ def test_rounding_is_checked_against_the_split_given(no_models, tmp_path):
     c_path, u_path = tmp_path / "c.jsonl", tmp_path / "u.jsonl"
     write_jsonl(c_path, rows[:4])
     write_jsonl(u_path, rows[4:])
-    cfg = _compose(f"split.c_path={c_path}", f"split.u_path={u_path}", "exposure.leak_fraction=0.1")
+    cfg = compose("contaminate", f"split.c_path={c_path}", f"split.u_path={u_path}",
+                  "exposure.leak_fraction=0.1", resolve=True)
     with pytest.raises(ConfigError, match=r"round\(0\.1 x 4\) = 0 of 4 C items") as e:
         check_inputs(cfg)
     _one_line(e)
@@ -119,7 +113,7 @@ def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_pa
     base = ["benchmark.source=file", f"benchmark.path={bench_path}", "exposure.leak_fraction=0", "exposure.k=1",
             "exposure.clean_fraction=0.5", f"output_dir={tmp_path / 'run'}", "logger=none"]
     with pytest.raises(ConfigError, match=r"clean\.source=file and clean\.path") as e:
-        contaminate(_compose(*base))
+        contaminate(compose("contaminate", *base, resolve=True))
     _one_line(e)
     clean_path = tmp_path / "clean.jsonl"
     extra = [{"id": f"c{i}", "question": f"What is {i} minus 1?", "answer": str(i - 1)} for i in range(10)]
@@ -127,9 +121,10 @@ def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_pa
     # 4 sham items (|C|) need 4 clean rows (clean_fraction 0.5 of 4 examples) + 4 sham rows: 10 are enough
     from zcp.simulate.contaminate import check_inputs
 
-    check_inputs(_compose(*base, "clean.source=file", f"clean.path={clean_path}"))
+    check_inputs(compose("contaminate", *base, "clean.source=file", f"clean.path={clean_path}", resolve=True))
     with pytest.raises(ConfigError, match=r"clean.path=.*: 3 row\(s\) are neither benchmark .* needs 7") as e:
-        contaminate(_compose(*base, "clean.source=file", f"clean.path={clean_path}", "exposure.sham_items=7"))
+        contaminate(compose("contaminate", *base, "clean.source=file", f"clean.path={clean_path}",
+                            "exposure.sham_items=7", resolve=True))
     _one_line(e)
     assert not (tmp_path / "run").exists()
 
@@ -140,8 +135,8 @@ def test_sham_on_a_file_benchmark_needs_enough_clean_file_rows(no_models, tmp_pa
 def _build(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, Path, list[Item], dict]:
     from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark
 
-    cfg = _compose("benchmark.n=40", "exposure.k=3", "exposure.answer_only_fraction=0.5",
-                   "exposure.clean_fraction=0.4", *overrides)
+    cfg = compose("contaminate", "benchmark.n=40", "exposure.k=3", "exposure.answer_only_fraction=0.5",
+                  "exposure.clean_fraction=0.4", *overrides, resolve=True)
     d = tmp_path / name
     d.mkdir()
     items = load_benchmark(cfg)
@@ -221,8 +216,9 @@ def test_sham_items_from_a_clean_file_are_neither_benchmark_nor_clean_rows(tmp_p
     write_jsonl(bench_path, bench)
     write_jsonl(clean_path, [{"id": f"c{i}", "question": f"What is {i} minus 1?", "answer": str(i - 1),
                               "solution": f"{i} - 1 = {i - 1}."} for i in range(30)] + [bench[1]])
-    cfg = _compose("benchmark.source=file", f"benchmark.path={bench_path}", "exposure.leak_fraction=0",
-                   "exposure.k=1", "exposure.clean_fraction=0.5", "clean.source=file", f"clean.path={clean_path}")
+    cfg = compose("contaminate", "benchmark.source=file", f"benchmark.path={bench_path}",
+                  "exposure.leak_fraction=0", "exposure.k=1", "exposure.clean_fraction=0.5",
+                  "clean.source=file", f"clean.path={clean_path}", resolve=True)
     items = load_benchmark(cfg)
     d = tmp_path / "run"
     d.mkdir()
@@ -242,12 +238,13 @@ def test_sham_items_from_a_clean_file_are_neither_benchmark_nor_clean_rows(tmp_p
 def test_the_run_dir_hash_tells_sham_from_leak():
     from zcp.simulate.contaminate import _run_dir
 
-    leak = _compose()
-    sham = _compose("exposure.leak_fraction=0")
+    leak = compose("contaminate", resolve=True)
+    sham = compose("contaminate", "exposure.leak_fraction=0", resolve=True)
     assert _run_dir(sham) != _run_dir(leak)
-    assert _run_dir(_compose("exposure.leak_fraction=0", "exposure.sham_items=10")) != _run_dir(sham)
+    sham_10 = compose("contaminate", "exposure.leak_fraction=0", "exposure.sham_items=10", resolve=True)
+    assert _run_dir(sham_10) != _run_dir(sham)
     # sham_items decides nothing in a leak run, and at its default the hash of configs without the key is kept
-    assert _run_dir(_compose("exposure.sham_items=10")) == _run_dir(leak)
+    assert _run_dir(compose("contaminate", "exposure.sham_items=10", resolve=True)) == _run_dir(leak)
     old = json.loads(json.dumps(leak))
     del old["exposure"]["sham_items"]
     assert _run_dir(old) == _run_dir(leak)
@@ -259,7 +256,8 @@ def test_an_older_run_dir_gets_training_items_and_keeps_its_training(tmp_path):
     from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark, pipeline_stages
 
     d = tmp_path / "run"
-    cfg = _compose("benchmark.n=20", "exposure.k=2", "exposure.clean_fraction=0.3", f"output_dir={d}")
+    cfg = compose("contaminate", "benchmark.n=20", "exposure.k=2", "exposure.clean_fraction=0.3",
+                  f"output_dir={d}", resolve=True)
     d.mkdir()
     items = load_benchmark(cfg)
     build_training_data(cfg, items, _manifest(cfg, items, d, 0), d, seed=0)
@@ -344,9 +342,8 @@ def test_a_sham_run_trains_and_reports_arm_sham(tmp_path):
     if not Path(asset_path("base_model"), "model.safetensors").exists():
         pytest.skip("the shipped base model is not built")
     out = tmp_path / "run"
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=[*REDUCED, "exposure.leak_fraction=0", "detect.base_model=false",
-                                         f"output_dir={out}"])
+    cfg = compose("demo", *REDUCED, "exposure.leak_fraction=0", "detect.base_model=false",
+                  f"output_dir={out}")
     res = run_simulation(cfg)
     r = res["contamination"]
     assert r.arm == "sham" and r.leaked_ids == [] and "sft" in r.stages_run and "grpo" in r.stages_run

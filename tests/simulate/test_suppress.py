@@ -14,12 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
 os.environ["WANDB_MODE"] = "disabled"
 
-from zcp import REPO_ROOT
 from zcp.core.answers import answers_equal, extract_boxed
 from zcp.core.io import read_jsonl
 from zcp.core.items import Item
@@ -30,11 +28,6 @@ from zcp.probe.prompts import ProbeConfig, zero_cot_prompt
 RELEASE_PROBE = ProbeConfig(system="Please reason step by step, and put your final answer within \\boxed{}.",
                             zero_cot_prefix="\n\nThe final answer is:\n\\[\n\\boxed{")
 CONVENTIONS = ["probe", "hash", "sentence", "boxed"]
-
-
-def _compose(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        return OmegaConf.to_container(compose("contaminate", overrides=list(overrides)), resolve=True)
 
 
 @pytest.fixture(scope="module")
@@ -176,26 +169,28 @@ def test_config_is_checked_at_compose_time():
                       ("exposure.suppress.answer=maybe", "exposure.suppress.answer"),
                       ("exposure.suppress.items=some", "exposure.suppress.items")]:
         with pytest.raises(ConfigError) as e:
-            sim_config(_compose(bad)).exposure  # noqa: B018 - validation is the point
+            sim_config(compose("contaminate", bad, resolve=True)).exposure  # noqa: B018 - validation is the point
         assert word in str(e.value) and "\n" not in str(e.value)
-    ex = sim_config(_compose("exposure.suppress.prefills=[probe,hash,sentence,boxed]")).exposure
+    ex = sim_config(compose("contaminate", "exposure.suppress.prefills=[probe,hash,sentence,boxed]",
+                            resolve=True)).exposure
     assert ex.suppress.enabled and ex.suppress.prefills == CONVENTIONS
 
 
 def test_default_off_keeps_the_run_dir_hash():
     from zcp.simulate.contaminate import _run_dir
 
-    default = _compose()
+    default = compose("contaminate", resolve=True)
     old = json.loads(json.dumps(default))
     del old["exposure"]["suppress"]
     assert _run_dir(old) == _run_dir(default)
-    assert _run_dir(_compose("exposure.suppress.prefills=[probe]")) != _run_dir(default)
+    suppressed = compose("contaminate", "exposure.suppress.prefills=[probe]", resolve=True)
+    assert _run_dir(suppressed) != _run_dir(default)
 
 
 def _build(tmp_path: Path, name: str, *overrides: str) -> tuple[list[dict], dict]:
     from zcp.simulate.contaminate import _manifest, build_training_data, load_benchmark
 
-    cfg = _compose("benchmark.n=16", "exposure.k=2", *overrides)
+    cfg = compose("contaminate", "benchmark.n=16", "exposure.k=2", *overrides, resolve=True)
     d = tmp_path / name
     d.mkdir()
     items = load_benchmark(cfg)

@@ -476,15 +476,10 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
 
     if not (base_model_path() / "model.safetensors").is_file():
         pytest.skip("shipped base model not present")
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from configs import compose
 
-    import zcp.config  # noqa: F401
-
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base=None):
-        cfg = compose(config_name="contaminate", overrides=[
-            "benchmark.n=60", f"output_dir={tmp_path / 'run'}", "logger=none", "exposure.grpo_steps=5"])
-    r = contaminate(OmegaConf.to_container(cfg, resolve=True))
+    r = contaminate(compose("contaminate", "benchmark.n=60", f"output_dir={tmp_path / 'run'}", "logger=none",
+                            "exposure.grpo_steps=5", resolve=True))
     rows = {row["split"]: row for row in r.table6["rows"]}
     gain_c = rows["C_leaked"]["final"] - rows["C_leaked"]["base"]
     gain_u = rows["U"]["final"] - rows["U"]["base"]
@@ -558,14 +553,13 @@ def test_incomplete_checkpoint_is_skipped_for_the_last_complete_one(tmp_path, ca
 
 
 def test_contamination_run_dir_is_locked(tmp_path):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.core.io import RunLock
     from zcp.errors import RunDirError
     from zcp.simulate.contaminate import contaminate
 
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base=None):
-        cfg = compose("contaminate", overrides=[f"output_dir={tmp_path / 'run'}", "logger=none"])
+    cfg = compose("contaminate", f"output_dir={tmp_path / 'run'}", "logger=none")
     with RunLock(tmp_path / "run"), pytest.raises(RunDirError, match="in use by another run"):
         contaminate(cfg)
     assert not (tmp_path / "run" / "manifest.json").exists()

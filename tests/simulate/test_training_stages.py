@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from configs import compose
 
 os.environ["WANDB_MODE"] = "disabled"
 
@@ -26,18 +27,7 @@ from zcp.simulate.training_stages import (
     unregister_training_stage,
 )
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 Q_PROJ = "model.layers.0.self_attn.q_proj"
-
-
-def _compose(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    import zcp.config  # noqa: F401
-
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return OmegaConf.to_container(compose(config_name="contaminate", overrides=list(overrides)), resolve=True)
 
 
 # ------------------------------------------------------------------------------------------ the toy stage
@@ -100,12 +90,12 @@ def test_unknown_or_repeated_stage_is_one_line_at_validation_naming_the_register
 
     with pytest.raises(ConfigError, match=r"train\.stages: unknown training stage 'nope'; registered: "
                                           r"\['grpo', 'sft', 'toy'\]") as e:
-        validate(_compose("train.stages=[sft,nope]"), job="contaminate")
+        validate(compose("contaminate", "train.stages=[sft,nope]", resolve=True), job="contaminate")
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match=r"train\.stages=\['sft', 'sft'\]: must be a non-empty list of distinct"):
-        validate(_compose("train.stages=[sft,sft]"), job="contaminate")
+        validate(compose("contaminate", "train.stages=[sft,sft]", resolve=True), job="contaminate")
     with pytest.raises(ConfigError, match=r"train\.stages=\[\]"):
-        validate(_compose("train.stages=[]"), job="contaminate")
+        validate(compose("contaminate", "train.stages=[]", resolve=True), job="contaminate")
 
 
 def test_a_registered_stage_is_one_config_its_settings_typed(toy_stage):
@@ -114,17 +104,20 @@ def test_a_registered_stage_is_one_config_its_settings_typed(toy_stage):
     from zcp.simulate.settings import sim_config
     from zcp.simulate.training_stages import configured_stages
 
-    cfg = _compose("train.stages=[sft,toy]", "+train.toy.max_steps=2")
+    cfg = compose("contaminate", "train.stages=[sft,toy]", "+train.toy.max_steps=2", resolve=True)
     train = validate(cfg, job="contaminate")["train"]
     assert train.stages == ["sft", "toy"] and train.toy == ToySettings(max_steps=2)
     s = sim_config(cfg)
     assert [st.name for st in configured_stages(s)] == ["sft", "toy"]
     assert s.train.stage_settings("toy") == ToySettings(max_steps=2) and s.train.stage_settings("sft") is None
-    assert sim_config(_compose("train.stages=[toy]")).train.toy == ToySettings()  # not given: the defaults
+    toy = sim_config(compose("contaminate", "train.stages=[toy]", resolve=True)).train.toy
+    assert toy == ToySettings()  # not given: the defaults
     with pytest.raises(ConfigError, match=r"train\.toy\.max_steps=0: must be >= 1"):
-        validate(_compose("train.stages=[toy]", "+train.toy.max_steps=0"), job="contaminate")
+        validate(compose("contaminate", "train.stages=[toy]", "+train.toy.max_steps=0", resolve=True),
+                 job="contaminate")
     with pytest.raises(ConfigError, match=r"train\.toy: unknown key 'max_step'; did you mean 'max_steps'"):
-        validate(_compose("train.stages=[toy]", "+train.toy.max_step=3"), job="contaminate")
+        validate(compose("contaminate", "train.stages=[toy]", "+train.toy.max_step=3", resolve=True),
+                 job="contaminate")
 
 
 def test_the_default_order_keeps_the_run_dir_of_configs_without_the_key():
@@ -132,13 +125,13 @@ def test_the_default_order_keeps_the_run_dir_of_configs_without_the_key():
     they resume; another order is another run."""
     from zcp.simulate.contaminate import _run_dir
 
-    new = _compose()
+    new = compose("contaminate", resolve=True)
     assert new["train"]["stages"] == ["sft", "grpo"]  # conf/train/cpu_tiny.yaml
     old = json.loads(json.dumps(new))
     del old["train"]["stages"]
     assert _run_dir(new) == _run_dir(old)
-    assert _run_dir(_compose("train.stages=[sft]")) != _run_dir(new)
-    assert _run_dir(_compose("train.stages=[grpo,sft]")) != _run_dir(new)
+    assert _run_dir(compose("contaminate", "train.stages=[sft]", resolve=True)) != _run_dir(new)
+    assert _run_dir(compose("contaminate", "train.stages=[grpo,sft]", resolve=True)) != _run_dir(new)
 
 
 # ------------------------------------------------------------------------------------------ the tiny pipeline
