@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 
 from zcp.benchmarks.references.registry import (
     _BUILDERS,
@@ -26,8 +26,6 @@ from zcp.benchmarks.references.registry import (
 )
 from zcp.core.items import Item
 from zcp.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class SumsBuilder:
@@ -69,9 +67,7 @@ def _benchmark(path: Path, n: int = 12) -> Path:
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="build_data", overrides=["data=jsonl", "logger=none", "paraphrase.k=0",
-                                                            *overrides])
+    return compose("build_data", "data=jsonl", "logger=none", "paraphrase.k=0", *overrides)
 
 
 def test_a_benchmark_and_its_builder_from_outside_build_and_load(sums_builder, tmp_path):

@@ -169,10 +169,9 @@ def test_entry_point_console_without_and_with_verbose(detect_inputs, tmp_path):
                                                    ("arithmark", [])])
 def test_logger_verbose_is_a_typed_override_of_every_logger(config, overrides):
     """`logger.verbose=true` (the Hydra spelling of -v) composes on every shipped logger and validates."""
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.config import validate
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose(config, overrides=[*overrides, "logger.verbose=true"])
+    cfg = compose(config, *overrides, "logger.verbose=true")
     assert validate(cfg, job=config)["logger"].verbose is True

@@ -87,13 +87,12 @@ def _cmd(root: Path, split: str, out: Path, *extra: str) -> list[str]:
 def _run_in_process(root: Path, split: str, out: Path, *extra: str) -> None:
     """What `subprocess.run(_cmd(...))` runs, minus the interpreter: the same overrides composed into conf/detect
     (as @hydra.main does) and evaluate/run_detect.py's main body (validate, then run_detect)."""
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.config import validate
     from zcp.probe.run import run_detect
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose(config_name="detect", overrides=_cmd(root, split, out, *extra)[2:])
+    cfg = compose("detect", *_cmd(root, split, out, *extra)[2:])
     validate(cfg, job="detect")
     run_detect(cfg)
 

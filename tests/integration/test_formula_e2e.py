@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
 
-from zcp import REPO_ROOT
 from zcp.benchmarks.arithmark import (
     RECORD_KEYS,
     VARIANT_KEYS,
@@ -26,13 +24,7 @@ from zcp.benchmarks.split import Manifest
 from zcp.config import asset_path
 from zcp.core.io import read_jsonl, write_jsonl
 
-CONF = str(REPO_ROOT / "conf")
 K = 2
-
-
-def _compose(name: str, overrides: list[str]) -> Any:
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name=name, overrides=overrides)
 
 
 def _variant_record(meta: dict[str, Any]) -> dict[str, Any]:
@@ -46,8 +38,9 @@ def built(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
 
     root = tmp_path_factory.mktemp("formula_e2e")
     write_jsonl(root / "arithmark.jsonl", generate_arithmark(10, seed=5, stages=(2, 3)))
-    cfg = _compose("build_data", ["data=arithmark", f"data.path={root / 'arithmark.jsonl'}", "paraphrase=formula",
-                                  f"paraphrase.k={K}", "reference.m=1", "logger=none", f"output_dir={root / 'build'}"])
+    cfg = compose("build_data", "data=arithmark", f"data.path={root / 'arithmark.jsonl'}",
+                  "paraphrase=formula", f"paraphrase.k={K}", "reference.m=1", "logger=none",
+                  f"output_dir={root / 'build'}")
     return root / "build", build_data(cfg)
 
 
@@ -80,9 +73,9 @@ def test_built_paraphrases_read_back_as_variant_paths(built):
     from zcp.probe.datasets import load_datasets
 
     out, _ = built
-    data = _compose("detect", ["data.name=arithmark", f"data.path={out / 'items.jsonl'}", "data.format=items",
-                               f"data.reference_path={out / 'reference.jsonl'}", f"data.manifest={out / 'manifest.json'}",
-                               f"+data.variant_paths.formula={out / 'paraphrases.jsonl'}"])["data"]
+    data = compose("detect", "data.name=arithmark", f"data.path={out / 'items.jsonl'}", "data.format=items",
+                   f"data.reference_path={out / 'reference.jsonl'}", f"data.manifest={out / 'manifest.json'}",
+                   f"+data.variant_paths.formula={out / 'paraphrases.jsonl'}")["data"]
     datasets, issues = load_datasets(data)
     by_split = {d.split: d for d in datasets}
     c_ids = Manifest.load(out / "manifest.json").c_ids
@@ -98,12 +91,11 @@ def test_formula_variants_train_and_probe_end_to_end(built, tmp_path):
     from zcp.simulate.contaminate import contaminate
 
     out, _ = built
-    cfg = _compose("contaminate", [
-        "benchmark.source=file", f"benchmark.path={out / 'items.jsonl'}", "benchmark.format=items",
-        f"manifest_path={out / 'manifest.json'}", "exposure.paraphraser=formula", f"exposure.k={K}",
-        "exposure.sft_epochs=1", "exposure.grpo_steps=0", "eval.enabled=false", "logger=none",
-        f"output_dir={tmp_path / 'run'}"])
-    res = contaminate(OmegaConf.to_container(cfg, resolve=True))
+    res = contaminate(compose("contaminate", "benchmark.source=file", f"benchmark.path={out / 'items.jsonl'}",
+                              "benchmark.format=items", f"manifest_path={out / 'manifest.json'}",
+                              "exposure.paraphraser=formula", f"exposure.k={K}", "exposure.sft_epochs=1",
+                              "exposure.grpo_steps=0", "eval.enabled=false", "logger=none",
+                              f"output_dir={tmp_path / 'run'}", resolve=True))
     c_ids = set(Manifest.load(out / "manifest.json").c_ids)
     assert set(res.leaked_ids) == c_ids
     leaked = [r for r in read_jsonl(res.run_dir / "sft_data.jsonl") if r["source"] == "benchmark"]
@@ -115,11 +107,11 @@ def test_formula_variants_train_and_probe_end_to_end(built, tmp_path):
         assert question != orig["question"] and question.endswith(" =")
         assert round_result(evaluate_grouped(question[:-2])) == exact_value(orig["metadata"]["answer"])
 
-    det = _compose("detect", [
-        f"model.path={res.model_dir}", "data.name=arithmark", f"data.path={out / 'items.jsonl'}",
-        "data.format=items", f"data.reference_path={out / 'reference.jsonl'}", f"data.manifest={out / 'manifest.json'}",
-        f"+data.variant_paths.formula={out / 'paraphrases.jsonl'}", "probe.full_cot_max_tokens=40",
-        "stats.bootstrap_samples=500", "logger=none", f"output_dir={tmp_path / 'detect'}"])
+    det = compose("detect", f"model.path={res.model_dir}", "data.name=arithmark",
+                  f"data.path={out / 'items.jsonl'}", "data.format=items",
+                  f"data.reference_path={out / 'reference.jsonl'}", f"data.manifest={out / 'manifest.json'}",
+                  f"+data.variant_paths.formula={out / 'paraphrases.jsonl'}", "probe.full_cot_max_tokens=40",
+                  "stats.bootstrap_samples=500", "logger=none", f"output_dir={tmp_path / 'detect'}")
     run_detect(det)
     summary = json.loads((tmp_path / "detect" / "summary.json").read_text())
     rows = {(r["split"], r["variant"], r["metric"]) for r in summary["results"]}

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 
 REPO = Path(__file__).resolve().parents[2]
 # the guides holding the commands (moved from README.md, issue 19): build_data and detect, then the simulation
@@ -45,11 +45,6 @@ def readme_command(script: str, *must: str) -> list[str]:
     raise AssertionError(f"docs/benchmarks.md and docs/simulate.md have no {script} command with {must}")
 
 
-def _compose(name: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name=name, overrides=overrides)
-
-
 @pytest.fixture(scope="module")
 def user(tmp_path_factory, shared_data):
     """The user's model folder and GSM8K slice, and the guide's run_build_data command run on the slice."""
@@ -72,8 +67,8 @@ def user(tmp_path_factory, shared_data):
     model.save_pretrained(root / "model")
     tok.save_pretrained(root / "model")
     build = readme_command("evaluate/run_build_data.py", "data=gsm8k", "paraphrase.k=6")  # docs/benchmarks.md
-    build_data(_compose("build_data", [*build, f"data.path={root / 'gsm8k_slice.jsonl'}",
-                                       f"output_dir={root / 'build'}"]))
+    build_data(compose("build_data", *build, f"data.path={root / 'gsm8k_slice.jsonl'}",
+                       f"output_dir={root / 'build'}"))
     return root
 
 
@@ -88,7 +83,7 @@ def test_readme_detection_command_reaches_a_verdict_on_a_model_the_project_does_
     from zcp.probe.run import run_detect
 
     out = user / "detect"
-    summary = run_detect(_compose("detect", [*_detect_overrides(user), *SIZES, f"output_dir={out}"]))
+    summary = run_detect(compose("detect", *_detect_overrides(user), *SIZES, f"output_dir={out}"))
     assert {v["variant"] for v in summary["verdicts"]} == {"original"}
     assert isinstance(summary["verdicts"][0]["contaminated"], bool)
     on_disk = json.loads((out / "summary.json").read_text())
@@ -115,7 +110,7 @@ def test_readme_detection_command_without_the_budget_names_what_fills_the_contex
 
     out = tmp_path / "run"
     with pytest.raises(DataError) as e:
-        run_detect(_compose("detect", [*_detect_overrides(user), f"output_dir={out}"]))
+        run_detect(compose("detect", *_detect_overrides(user), f"output_dir={out}"))
     msg = str(e.value)
     assert re.search(r"needs \d+: \d+ full-CoT prompt tokens \+ probe\.full_cot_max_tokens=512", msg), msg
     assert re.search(r"set probe\.full_cot_max_tokens=\d+ or less", msg) and "data.on_overflow=truncate" in msg
@@ -133,10 +128,11 @@ def test_readme_simulation_command_on_the_users_file_and_model(user):
     sizes = [x for x in smallest if x.startswith(keep)]
     assert len(sizes) == len(keep), smallest
     out = user / "sim"
-    res = run_simulation(_compose("contaminate", [
-        "benchmark.source=file", f"benchmark.path={user / 'gsm8k_slice.jsonl'}", "benchmark.format=gsm8k",
-        f"model.path={user / 'model'}", *sizes, "logger=none", f"output_dir={out}", "stages=[contaminate,detect]",
-        f"detect.reference_path={user / 'build' / 'reference.jsonl'}", "detect.missing_reference=skip",
-        "probe.full_cot_max_tokens=24"]))
+    res = run_simulation(compose("contaminate", "benchmark.source=file",
+                                 f"benchmark.path={user / 'gsm8k_slice.jsonl'}", "benchmark.format=gsm8k",
+                                 f"model.path={user / 'model'}", *sizes, "logger=none", f"output_dir={out}",
+                                 "stages=[contaminate,detect]",
+                                 f"detect.reference_path={user / 'build' / 'reference.jsonl'}",
+                                 "detect.missing_reference=skip", "probe.full_cot_max_tokens=24"))
     summ = json.loads(next(out.rglob("simulation_summary.json")).read_text())
     assert res["detection"] and {r["split"] for r in summ["results"]["FT"]} == {"C", "U"}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import HealthCheck, given, settings
@@ -60,8 +60,7 @@ _BASE_OVERRIDES = {"arithmark": ["output_dir=outputs/arithmark"]}
 
 def _base(config: str) -> DictConfig:
     if config not in _BASE:
-        with initialize_config_dir(config_dir=CONF, version_base=None):
-            _BASE[config] = compose(config_name=config, overrides=_BASE_OVERRIDES.get(config, []))
+        _BASE[config] = compose(config, *_BASE_OVERRIDES.get(config, []))
     return _BASE[config]
 
 
@@ -188,8 +187,7 @@ def test_a_known_key_with_a_valid_value_is_accepted(script):
 def test_the_same_through_a_full_composition(script, override, key):
     """One case per entry point through `compose` itself (what the fuzz's one-step application stands for)."""
     config, job = ENTRY_POINTS[script]
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        cfg = compose(config_name=config, overrides=[override])
+    cfg = compose(config, override)
     with pytest.raises(ConfigError, match=re.escape(repr(key))):
         validate(cfg, job=job)
 

@@ -4,9 +4,8 @@ model for a few steps, then detection on C and U for FT and base, Table 7 analog
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 
-from zcp import REPO_ROOT
 from zcp.config import asset_path
 from zcp.simulate.pipeline import run_simulation
 
@@ -26,8 +25,7 @@ def sim(tmp_path_factory):
     if not Path(asset_path("base_model"), "model.safetensors").exists():
         pytest.skip("the shipped base model is not built")
     out = tmp_path_factory.mktemp("sim") / "run"
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}"])
+    cfg = compose("demo", *REDUCED, f"output_dir={out}")
     return out, run_simulation(cfg)
 
 
@@ -56,8 +54,7 @@ def test_demo_pipeline_writes_everything(sim):
 
 def test_rerun_resumes_without_recomputing(sim, tmp_path):
     out, first = sim
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}"])
+    cfg = compose("demo", *REDUCED, f"output_dir={out}")
     again = run_simulation(cfg)
     assert "sft" not in again["contamination"].stages_run
     assert again["detection"]["results"] == first["detection"]["results"]
@@ -67,9 +64,8 @@ def test_baselines_stage_runs_the_baselines_on_the_run(sim):
     """stages=[contaminate, detect, baselines]: the finished stages are skipped, the baselines (composed from
     conf/baselines.yaml with the run's baselines_overrides) score C and U into <run>/baselines/."""
     out, first = sim
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}", "stages=[contaminate,detect,baselines]",
-                                         "baselines_overrides=['detectors=[ppl,mink20,zcp_p_all]','bootstrap_samples=200']"])
+    cfg = compose("demo", *REDUCED, f"output_dir={out}", "stages=[contaminate,detect,baselines]",
+                  "baselines_overrides=['detectors=[ppl,mink20,zcp_p_all]','bootstrap_samples=200']")
     res = run_simulation(cfg)
     assert "sft" not in res["contamination"].stages_run
     assert res["detection"]["results"] == first["detection"]["results"]
@@ -93,8 +89,7 @@ def test_stage_errors_come_before_training(tmp_path, overrides, match):
     from zcp.errors import ConfigError
 
     out = tmp_path / "run"
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-        cfg = compose("demo", overrides=[*REDUCED, f"output_dir={out}", *overrides])
+    cfg = compose("demo", *REDUCED, f"output_dir={out}", *overrides)
     with pytest.raises(ConfigError, match=match):
         run_simulation(cfg)
     assert not (out / "sft_data.jsonl").exists() and not (out / "sft").exists()
