@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from hydra.errors import ConfigCompositionException
 
 from zcp.backends import (
@@ -37,8 +37,6 @@ from zcp.config.checks import check_value
 from zcp.config.schemas import validate
 from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------ the engine's module
@@ -132,11 +130,6 @@ def toy():
         unregister_backend("toy")
 
 
-def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="detect", overrides=list(overrides))
-
-
 def _benchmark(tmp_path: Path, n: int = 12) -> tuple[Path, Path]:
     items, refs = [], []
     for i in range(n):
@@ -157,7 +150,7 @@ def test_toy_engine_runs_a_detection_through_the_composed_config(toy, tmp_path):
     common = ["model.backend=toy", "model.path=toy/echo", f"model.toy.seen_path={data}", f"data.path={data}",
               f"data.reference_path={refs}", "logger=none", "run.progress=false", "stats.bootstrap_samples=200",
               "probe.full_cot_max_tokens=16"]
-    summary = run_detect(_compose(*common, "model.toy.p_seen=0.8", f"output_dir={tmp_path / 'out'}"))
+    summary = run_detect(compose("detect", *common, "model.toy.p_seen=0.8", f"output_dir={tmp_path / 'out'}"))
     engine = BUILT[-1]
     assert engine.settings.p_seen == 0.8 and engine.settings.p_unseen == 0.2  # override and default reached it
     assert engine.calls["score"] and engine.calls["generate"]  # p metrics and acc/con both ran through it
@@ -173,7 +166,8 @@ def test_toy_engine_runs_a_detection_through_the_composed_config(toy, tmp_path):
     assert meta["backend_fingerprint"] == "toy:0.8:0.2" and meta["rendering"]["kind"] == "plain_template"
     # the declared capabilities reach the probe: its context check counts the engine's tokens against its length
     with pytest.raises(DataError, match="need more positions than the model's 20 "):
-        run_detect(_compose(*common, "model.toy.context_length=20", f"output_dir={tmp_path / 'short'}"))
+        run_detect(compose("detect", *common, "model.toy.context_length=20",
+                           f"output_dir={tmp_path / 'short'}"))
 
 
 def test_toy_settings_are_typed_and_checked_in_one_line(toy):
@@ -181,11 +175,11 @@ def test_toy_settings_are_typed_and_checked_in_one_line(toy):
     out of range fails naming the key; the library call (build_backend on a dict) checks the same way."""
     for override in ("model.toy.p_sen=0.5", "model.toy.context_length=many"):  # Hydra types the group
         with pytest.raises(ConfigCompositionException):
-            _compose("model.backend=toy", override)
+            compose("detect", "model.backend=toy", override)
     for override, key in (("+model.toy.p_sen=0.5", r"model\.toy: unknown key 'p_sen'; did you mean 'p_seen'"),
                           ("model.toy.p_seen=2", r"model\.toy\.p_seen=2(\.0)?: must be in \(0, 1\)")):
         with pytest.raises(ConfigError, match=key) as err:
-            validate(_compose("model.backend=toy", override), job="detect")
+            validate(compose("detect", "model.backend=toy", override), job="detect")
         assert "\n" not in str(err.value)
     for values, key in (({"p_sen": 0.5}, r"model\.toy: unknown key 'p_sen'"),
                         ({"context_length": "many"}, r"model\.toy\.context_length='many': must be an integer")):
@@ -194,7 +188,7 @@ def test_toy_settings_are_typed_and_checked_in_one_line(toy):
     assert build_backend({"backend": "toy", "path": "toy/echo"}).settings == ToySettings()  # defaults when not given
     # the built-in groups are untouched: their keys and messages are the same with an engine registered
     with pytest.raises(ConfigError, match=r"model\.vllm\.tensor_parallel_size"):
-        validate(_compose("model.vllm.tensor_parallel_size=0"), job="detect")
+        validate(compose("detect", "model.vllm.tensor_parallel_size=0"), job="detect")
 
 
 def test_an_engine_that_does_not_declare_its_capabilities_is_refused(toy, monkeypatch):
@@ -215,9 +209,9 @@ def test_unregistered_engine_leaves_the_model_group_as_it_was(toy):
     unregister_backend("toy")
     try:
         with pytest.raises(ConfigCompositionException):
-            _compose("model.toy.p_seen=0.5")
+            compose("detect", "model.toy.p_seen=0.5")
         with pytest.raises(ConfigError, match=r"model\.backend"):
-            validate(_compose("model.backend=toy"), job="detect")
+            validate(compose("detect", "model.backend=toy"), job="detect")
     finally:
         register_backend("toy", build_toy, settings=ToySettings)  # the fixture unregisters it again
 

@@ -22,7 +22,6 @@ from zcp.probe.prompts import ZERO_COT_PREFIX
 
 openai = pytest.importorskip("openai")
 
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-zcp-test-9f3c1e7a55d2-SECRET"
 TOL = 1e-4  # abs. difference of log-probs: the same ids through one forward (server) vs the batched scorer
 
@@ -147,16 +146,12 @@ def _world(root: Path, tok, model) -> None:
 
 
 def _compose(root: Path, out: Path, *extra: str):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
-    import zcp.config  # noqa: F401  (resolvers, schemas)
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="detect", overrides=[
-            f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
-            f"data.reference_path={root / 'ref.jsonl'}", "data.name=toy", f"output_dir={out}", "logger=none",
-            "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6", "run.chunk_size=5", "run.progress=false",
-            "stats.bootstrap_samples=200", *extra])
+    return compose("detect", f"model.path={root / 'model'}", f"data.path={root / 'data.jsonl'}",
+                   f"data.reference_path={root / 'ref.jsonl'}", "data.name=toy", f"output_dir={out}",
+                   "logger=none", "probe.full_cot_max_tokens=12", "probe.zero_cot_max_tokens=6",
+                   "run.chunk_size=5", "run.progress=false", "stats.bootstrap_samples=200", *extra)
 
 
 def test_run_detect_api_resumes_from_cache_agrees_with_hf_and_leaks_no_key(

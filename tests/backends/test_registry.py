@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
@@ -30,14 +30,9 @@ THINK_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }
                   "{% endif %}")
 
 
-def _compose(*overrides: str, name: str = "detect"):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name=name, overrides=list(overrides))
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_config_composes_and_validates(model):
-    cfg = _compose(f"model={model}", "model.path=org/name" if model == "local" else "seed=0")
+    cfg = compose("detect", f"model={model}", "model.path=org/name" if model == "local" else "seed=0")
     checked = validate(cfg)["model"]
     assert isinstance(checked, ModelConfig) and checked.backend == "hf"
     if model == "qwen3-8b":
@@ -48,7 +43,7 @@ def test_every_model_config_composes_and_validates(model):
                                       "model.vllm.tensor_parallel=2", "model.api.key=sk-123"])
 def test_misspelt_model_keys_fail_at_compose(override):
     with pytest.raises((ConfigCompositionException, ConfigKeyError)):
-        _compose(override)
+        compose("detect", override)
 
 
 @pytest.mark.parametrize(("override", "key"), [("model.backend=tgi", "model.backend"),
@@ -58,7 +53,7 @@ def test_misspelt_model_keys_fail_at_compose(override):
                                                ("model.max_length=0", "model.max_length")])
 def test_out_of_range_model_values_fail_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        validate(_compose(override))
+        validate(compose("detect", override))
 
 
 def test_registry_picks_engine_and_config_delegates(monkeypatch):
@@ -103,7 +98,8 @@ def test_vllm_backend_without_vllm_says_how_to_install():
 def test_model_probe_settings_override_the_probe_group():
     from zcp.probe.detect import probe_config
 
-    cfg = _compose("model=qwen2.5-math-7b-instruct", "probe.full_cot_max_tokens=99", "probe.zero_cot_max_tokens=7")
+    cfg = compose("detect", "model=qwen2.5-math-7b-instruct", "probe.full_cot_max_tokens=99",
+                  "probe.zero_cot_max_tokens=7")
     probe = probe_config(cfg.probe, cfg.model)
     assert probe.full_cot_max_tokens == 1024 and probe.zero_cot_max_tokens == 7
     assert probe.full_cot_suffix.startswith("\nPlease reason step by step")
@@ -149,11 +145,12 @@ def test_enable_thinking_false_reaches_every_prompt_of_a_detection_run(tmp_path,
     common = [f"model.path={tmp_path / 'model'}", f"data.path={tmp_path / 'd.jsonl'}",
               f"data.reference_path={tmp_path / 'r.jsonl'}", "logger=none", "probe.full_cot_max_tokens=8",
               "probe.zero_cot_max_tokens=4", "stats.bootstrap_samples=50", "run.progress=false"]
-    run_detect(_compose(*common, f"output_dir={tmp_path / 'off'}", "+model.chat_template_kwargs.enable_thinking=false"))
+    run_detect(compose("detect", *common, f"output_dir={tmp_path / 'off'}",
+                       "+model.chat_template_kwargs.enable_thinking=false"))
     assert len(rendered) >= 3 * len(items + refs)  # scoring, zero-CoT and full-CoT prompts (and token counts)
     assert all("<|assistant|>\nNOTHINK " in t for t in rendered), [t for t in rendered if "NOTHINK" not in t][:1]
     rendered.clear()
-    run_detect(_compose(*common, f"output_dir={tmp_path / 'on'}"))  # the template's default: thinking
+    run_detect(compose("detect", *common, f"output_dir={tmp_path / 'on'}"))  # the template's default: thinking
     assert rendered and all("<|assistant|>\nTHINK " in t for t in rendered)
 
 
@@ -164,7 +161,7 @@ def test_gpu_7b_grpo_rolls_out_with_vllm_colocate():
 
     from zcp.simulate.sft import trainer_args
 
-    cfg = _compose("train=gpu_7b", "model=qwen2.5-math-7b-instruct", name="contaminate")
+    cfg = compose("contaminate", "train=gpu_7b", "model=qwen2.5-math-7b-instruct")
     grpo = OmegaConf.to_container(cfg.train.grpo, resolve=True)
     # cpu=True: this machine has no GPU (bf16 is switched off); every configured field is still checked
     args = trainer_args(GRPOConfig, grpo, output_dir="unused", seed=0, report_to="none", cpu=True)
