@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hydra import compose, initialize_config_dir
+from configs import compose
 
 import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver)
 from zcp.benchmarks.build import build_data
@@ -16,13 +15,6 @@ from zcp.benchmarks.paraphrase import numeric_values
 from zcp.benchmarks.split import Manifest
 from zcp.core.io import read_jsonl, sha256_file
 from zcp.errors import DataError
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def _cfg(overrides: list[str]) -> Any:
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="build_data", overrides=overrides)
 
 
 class RecordingTracker:
@@ -65,8 +57,8 @@ def recording_tracker(monkeypatch):
 
 def test_gsm8k_build_writes_consistent_files_and_report(shared_data, tmp_path, recording_tracker):
     src = shared_data / "gsm8k" / "test.jsonl"
-    cfg = _cfg(["data=gsm8k", f"data.path={src}", "data.limit=16", "reference.m=2", "paraphrase.k=3",
-                f"output_dir={tmp_path}"])
+    cfg = compose("build_data", "data=gsm8k", f"data.path={src}", "data.limit=16", "reference.m=2",
+                  "paraphrase.k=3", f"output_dir={tmp_path}")
     report = build_data(cfg)
     assert json.loads((tmp_path / "build_report.json").read_text()) == json.loads(json.dumps(report, default=str))
     items = list(read_jsonl(tmp_path / "items.jsonl"))
@@ -110,8 +102,8 @@ def test_gsm8k_build_writes_consistent_files_and_report(shared_data, tmp_path, r
 
 
 def test_reference_table_goes_to_wandb_only_when_opted_in(shared_data, tmp_path, recording_tracker):
-    cfg = _cfg(["data=gsm8k", f"data.path={shared_data / 'gsm8k' / 'test.jsonl'}", "data.limit=4",
-                "paraphrase=none", "log_reference_to_wandb=true", f"output_dir={tmp_path}"])
+    cfg = compose("build_data", "data=gsm8k", f"data.path={shared_data / 'gsm8k' / 'test.jsonl'}",
+                  "data.limit=4", "paraphrase=none", "log_reference_to_wandb=true", f"output_dir={tmp_path}")
     build_data(cfg)
     assert ("table", "reference") in recording_tracker.calls
 
@@ -119,8 +111,8 @@ def test_reference_table_goes_to_wandb_only_when_opted_in(shared_data, tmp_path,
 def test_same_seed_same_build(shared_data, tmp_path):
     outs = []
     for name in ("a", "b"):
-        cfg = _cfg(["data=gsm8k", f"data.path={shared_data / 'gsm8k' / 'test.jsonl'}", "data.limit=6",
-                    "paraphrase.k=2", "logger=none", f"output_dir={tmp_path / name}"])
+        cfg = compose("build_data", "data=gsm8k", f"data.path={shared_data / 'gsm8k' / 'test.jsonl'}",
+                      "data.limit=6", "paraphrase.k=2", "logger=none", f"output_dir={tmp_path / name}")
         outs.append(build_data(cfg)["files"])
     assert outs[0] == outs[1]
 
@@ -128,8 +120,9 @@ def test_same_seed_same_build(shared_data, tmp_path):
 def test_generated_word_problems_use_their_programs_and_templates(tmp_path):
     from zcp.benchmarks.wordproblems import execute
 
-    cfg = _cfg(["data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null", "+data.n=12",
-                "reference.m=2", "paraphrase=template", "paraphrase.k=2", "logger=none", f"output_dir={tmp_path}"])
+    cfg = compose("build_data", "data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null",
+                  "+data.n=12", "reference.m=2", "paraphrase=template", "paraphrase.k=2", "logger=none",
+                  f"output_dir={tmp_path}")
     report = build_data(cfg)
     assert report["reference"]["method"] == "wordproblem" and report["reference"]["coverage"] == 1.0
     items = {r["id"]: r for r in read_jsonl(tmp_path / "items.jsonl")}
@@ -149,8 +142,9 @@ def test_generated_word_problems_use_their_programs_and_templates(tmp_path):
 def test_arithmark_reference(tmp_path):
     from zcp.benchmarks.arithmark import evaluate_expression, parse_expression
 
-    cfg = _cfg(["data=jsonl", "data.name=arithmark", "data.format=arithmark", "data.path=null",
-                "+data.n_per_stage=3", "paraphrase=none", "logger=none", f"output_dir={tmp_path}"])
+    cfg = compose("build_data", "data=jsonl", "data.name=arithmark", "data.format=arithmark",
+                  "data.path=null", "+data.n_per_stage=3", "paraphrase=none", "logger=none",
+                  f"output_dir={tmp_path}")
     report = build_data(cfg)
     assert report["reference"]["method"] == "arithmark" and report["counts"]["items"] == 15
     items = {r["id"]: r for r in read_jsonl(tmp_path / "items.jsonl")}
@@ -185,8 +179,9 @@ def test_llm_reference_through_build_data(tmp_path):
     data = tmp_path / "math.jsonl"
     data.write_text(json.dumps({"id": "a", "question": "Compute 12 + 30.", "answer": "42"}) + "\n"
                     + json.dumps({"id": "c", "question": "Find the value of $x$.", "answer": "3"}) + "\n")
-    cfg = _cfg(["data=jsonl", "data.name=math", f"data.path={data}", "data.format=items", "reference=llm",
-                "reference.pipeline.n_attempts=2", "paraphrase=none", "logger=none", f"output_dir={tmp_path / 'o'}"])
+    cfg = compose("build_data", "data=jsonl", "data.name=math", f"data.path={data}", "data.format=items",
+                  "reference=llm", "reference.pipeline.n_attempts=2", "paraphrase=none", "logger=none",
+                  f"output_dir={tmp_path / 'o'}")
     backends = {"generator": _Scripted("gen"), "judges": [_Scripted("judge")]}
     report = build_data(cfg, backends=backends)
     assert report["reference"]["method"] == "llm"
@@ -199,8 +194,8 @@ def test_llm_reference_through_build_data(tmp_path):
 def test_llm_reference_without_models_fails_clearly(tmp_path):
     data = tmp_path / "math.jsonl"
     data.write_text(json.dumps({"id": "a", "question": "Compute 12 + 30.", "answer": "42"}) + "\n")
-    cfg = _cfg(["data=jsonl", "data.name=math", f"data.path={data}", "data.format=items", "paraphrase=none",
-                "logger=none", f"output_dir={tmp_path / 'o'}"])
+    cfg = compose("build_data", "data=jsonl", "data.name=math", f"data.path={data}", "data.format=items",
+                  "paraphrase=none", "logger=none", f"output_dir={tmp_path / 'o'}")
     with pytest.raises(ValueError, match=r"reference\.generator\.path"):
         build_data(cfg)
 
@@ -211,10 +206,10 @@ def test_bad_rows_are_reported_or_fail_with_file_and_row(tmp_path):
                                 "answer": "3+4=<<3+4=7>>7\n#### 7"}) + "\n"
                     + json.dumps({"question": "No marker?", "answer": "7"}) + "\n")
     base = ["data=gsm8k", f"data.path={data}", "paraphrase=none", "logger=none"]
-    report = build_data(_cfg([*base, "data.on_invalid=skip", f"output_dir={tmp_path / 'a'}"]))
+    report = build_data(compose("build_data", *base, "data.on_invalid=skip", f"output_dir={tmp_path / 'a'}"))
     assert report["counts"]["items"] == 1 and report["skipped_rows"][0]["row"] == 2
     with pytest.raises(DataError, match=r"row 2.*answer"):
-        build_data(_cfg([*base, f"output_dir={tmp_path / 'b'}"]))
+        build_data(compose("build_data", *base, f"output_dir={tmp_path / 'b'}"))
 
 
 # ------------------------------------------------------------------------------------ difficulty shift
@@ -288,23 +283,24 @@ def test_build_report_warns_when_the_reference_set_is_harder(tmp_path, caplog):
             "paraphrase=none", "logger=none"]
     backends = {"generator": _Inflating("gen"), "judges": [_Inflating("judge")]}
     with caplog.at_level("WARNING", logger="zcp.benchmarks.build"):
-        report = build_data(_cfg([*base, f"output_dir={tmp_path / 'o'}"]), backends=backends)
+        report = build_data(compose("build_data", *base, f"output_dir={tmp_path / 'o'}"), backends=backends)
     shift = report["reference"]["shift"]
     assert shift["pairs"] == 4 and shift["larger"] == 1.0 and shift["longer"] == 1.0
     assert len(shift["warnings"]) == 2 and len(report["warnings"]) == 2
     assert json.loads((tmp_path / "o" / "build_report.json").read_text())["warnings"] == report["warnings"]
     assert sum("WARNING reference set" in r.getMessage() for r in caplog.records) == 2
     # thresholds come from the config
-    report = build_data(_cfg([*base, f"output_dir={tmp_path / 'p'}", "reference_shift.max_digit_shift=1.0",
-                              "reference_shift.max_size_shift=1.0"]), backends=backends)
+    report = build_data(compose("build_data", *base, f"output_dir={tmp_path / 'p'}",
+                                "reference_shift.max_digit_shift=1.0", "reference_shift.max_size_shift=1.0"),
+                        backends=backends)
     assert report["warnings"] == [] and report["reference"]["shift"]["larger"] == 1.0
 
 
 def test_exact_references_report_their_law_and_exchangeability(tmp_path):
     """Generated word problems get exact draws: the report names the law, checks every feature statistically
     (no warning) and keeps the difficulty shares as a description only."""
-    cfg = _cfg(["data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null", "+data.n=30",
-                "reference.m=2", "paraphrase=none", "logger=none", f"output_dir={tmp_path}"])
+    cfg = compose("build_data", "data=jsonl", "data.name=wp", "data.format=wordproblems", "data.path=null",
+                  "+data.n=30", "reference.m=2", "paraphrase=none", "logger=none", f"output_dir={tmp_path}")
     report = build_data(cfg)
     ref = report["reference"]
     assert ref["method"] == "wordproblem" and ref["law"] == "exact"

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from configs import compose
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
@@ -14,7 +15,6 @@ from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError
 from zcp.probe.datasets import load_datasets
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RELEASE = FIXTURES / "zcp-release"
 PARAPHRASED = RELEASE / "gsm8k_train_paraphrased_dataset_rows1-3.jsonl"  # original_index 4, 17, 26
@@ -415,36 +415,30 @@ def _modified(tmp_path, originals, key):
     return _write(tmp_path / f"{key}_modified.jsonl", rows[::-1])
 
 
-def _compose(*overrides):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose("detect", overrides=list(overrides))
-
-
 def test_readme_commands_per_released_layout(tmp_path):
     """docs/benchmarks.md's overrides for each released layout, through a real Hydra compose and load_datasets."""
     # bare (Omni-MATH dataset_c/u) with a reference from evaluate/run_build_data.py (zcp items, original_id)
     omni = load_items(OMNI, "zcp_release", on_invalid="skip")
     save_items(tmp_path / "omni_ref.jsonl", [Item(f"{it.id}::ref0", it.question + " (v2)", "1", metadata={"original_id": it.id})
                                              for it in omni])
-    cfg = _compose("data=omnimath", f"data.path={OMNI}", f"data.reference_path={tmp_path / 'omni_ref.jsonl'}")
+    cfg = compose("detect", "data=omnimath", f"data.path={OMNI}",
+                  f"data.reference_path={tmp_path / 'omni_ref.jsonl'}")
     (ds,), issues = load_datasets(cfg.data)
     assert len(ds.originals) == 6 and [s.get("row") for s in issues] == [7]
     # paraphrased layout (gsm8k_train/math paraphrased_dataset.jsonl) + a modified (reference) file
     orig = load_items(PARAPHRASED, "zcp_release", variant="original")
     mod = _modified(tmp_path, orig, "para")
-    cfg = _compose(f"data.path={PARAPHRASED}", "data.format=zcp_release", "data.variant=original",
-                   f"data.reference_path={mod}", "data.reference_format=zcp_release", "data.reference_variant=modified",
-                   f"data.variant_paths.paraphrased={PARAPHRASED}")
+    cfg = compose("detect", f"data.path={PARAPHRASED}", "data.format=zcp_release", "data.variant=original",
+                  f"data.reference_path={mod}", "data.reference_format=zcp_release",
+                  "data.reference_variant=modified", f"data.variant_paths.paraphrased={PARAPHRASED}")
     (ds,), issues = load_datasets(cfg.data)
     assert [ds.reference[it.id][0].answer for it in ds.originals] == ["0.5", "1.5", "2.5"] and not issues
     assert all(len(ds.variants["paraphrased"][it.id]) == 1 for it in ds.originals)
     # multi-domain layout (original_index like "xfinbench_27", field problem)
     multi = load_items(MULTI, "zcp_release")
     mod = _modified(tmp_path, multi, "multi")
-    cfg = _compose(f"data.path={MULTI}", "data.format=zcp_release", f"data.reference_path={mod}",
-                   "data.reference_format=zcp_release", "data.reference_variant=modified", "data.limit=2")
+    cfg = compose("detect", f"data.path={MULTI}", "data.format=zcp_release", f"data.reference_path={mod}",
+                  "data.reference_format=zcp_release", "data.reference_variant=modified", "data.limit=2")
     (ds,), issues = load_datasets(cfg.data)
     assert [it.answer for it in ds.originals] == ["0.079", "0.39"]
     assert [ds.reference[it.id][0].answer for it in ds.originals] == ["0.5", "1.5"] and not issues
@@ -454,12 +448,13 @@ def test_readme_fields_override_needs_no_plus(tmp_path):
     """Old conf: `data.fields={question: problem}` failed ('To append to your config use +data.fields')."""
     data = _write(tmp_path / "b.jsonl", [{"uid": "u1", "problem": "1+1?", "final": 2}])
     ref = _write(tmp_path / "r.jsonl", [{"original_id": "u1", "question": "1+2?", "answer": "3"}])
-    cfg = _compose(f"data.path={data}", "data.format=jsonl", "data.fields={question: problem, answer: final, id: uid}",
-                   f"data.reference_path={ref}")
+    cfg = compose("detect", f"data.path={data}", "data.format=jsonl",
+                  "data.fields={question: problem, answer: final, id: uid}", f"data.reference_path={ref}")
     (ds,), _ = load_datasets(cfg.data)
     assert (ds.originals[0].id, ds.originals[0].question, ds.originals[0].answer) == ("u1", "1+1?", "2")
-    cfg = _compose(f"data.path={data}", "data.format=jsonl", "data.fields.question=problem", "data.fields.answer=final",
-                   "data.fields.id=uid", f"data.reference_path={ref}", "seed=3", "data.sample=1")
+    cfg = compose("detect", f"data.path={data}", "data.format=jsonl", "data.fields.question=problem",
+                  "data.fields.answer=final", "data.fields.id=uid", f"data.reference_path={ref}", "seed=3",
+                  "data.sample=1")
     assert cfg.data.sample_seed == 3 and load_datasets(cfg.data)[0][0].originals[0].answer == "2"
 
 

@@ -10,15 +10,13 @@ import logging
 from pathlib import Path
 
 import pytest
+from configs import compose
 from fakes import FakeBackend
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from zcp.benchmarks.loaders import check_duplicates, load_benchmark, save_items
 from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _items(n: int, prefix: str = "a") -> list[Item]:
@@ -145,11 +143,10 @@ def test_data_config_validates_on_duplicate():
     assert DataConfig(on_duplicate="merge").on_duplicate == "merge"
     with pytest.raises(ConfigError, match=r"data\.on_duplicate"):
         DataConfig(on_duplicate="skip")
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="detect", overrides=["data.path=x.jsonl", "data.reference_path=r.jsonl"])
-        assert cfg.data.on_duplicate == "error"
-        omni = compose(config_name="detect", overrides=["data=omnimath"])
-        assert omni.data.on_duplicate == "merge"  # the release's Dataset C repeats 4 questions
+    cfg = compose("detect", "data.path=x.jsonl", "data.reference_path=r.jsonl")
+    assert cfg.data.on_duplicate == "error"
+    omni = compose("detect", "data=omnimath")
+    assert omni.data.on_duplicate == "merge"  # the release's Dataset C repeats 4 questions
 
 
 # ------------------------------------------------------------------------------------------ every path
@@ -211,10 +208,8 @@ def test_simulation_refuses_c_and_u_files_sharing_a_question(tmp_path):
 def test_simulation_on_duplicate_at_its_default_keeps_the_run_dir_hash():
     from zcp.simulate.contaminate import _run_dir
 
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        new = OmegaConf.to_container(compose(config_name="contaminate"), resolve=True)
-        merge = OmegaConf.to_container(compose(config_name="contaminate",
-                                               overrides=["benchmark.on_duplicate=merge"]), resolve=True)
+    new = compose("contaminate", resolve=True)
+    merge = compose("contaminate", "benchmark.on_duplicate=merge", resolve=True)
     assert new["benchmark"]["on_duplicate"] == "error"
     old = json.loads(json.dumps(new))
     del old["benchmark"]["on_duplicate"]
@@ -299,11 +294,9 @@ def _run_detect(tmp_path, tiny_model, tiny_tok, monkeypatch, name, data_path, re
         tiny_model.save_pretrained(model_dir)
         tiny_tok.save_pretrained(model_dir)
     monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: FakeBackend(known))
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="detect", overrides=[
-            f"model.path={model_dir}", f"data.path={data_path}", f"data.reference_path={ref_path}",
-            "data.name=d", "probe.metrics=[acc]", "logger=none", "run.progress=false",
-            f"output_dir={tmp_path / name}", *extra])
+    cfg = compose("detect", f"model.path={model_dir}", f"data.path={data_path}",
+                  f"data.reference_path={ref_path}", "data.name=d", "probe.metrics=[acc]", "logger=none",
+                  "run.progress=false", f"output_dir={tmp_path / name}", *extra)
     summary = run_detect(cfg)
     (acc,) = [r for r in summary["results"] if r["variant"] == "original"]
     return acc, json.loads((tmp_path / name / "summary.json").read_text())

@@ -240,17 +240,16 @@ def test_trap_detector_fires_on_a_memorising_model_and_not_on_clean(memorised, t
 
 
 def test_trap_params_are_typed_in_the_baselines_config():
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.errors import ConfigError
     from zcp.validate.baselines import DEFAULT_DETECTORS, check_config
 
-    with initialize_config_dir(str(REPO / "conf"), version_base=None):
-        cfg = compose("baselines", overrides=["data.path=x.jsonl", "params.trap.k=2"])
-        assert "trap" in cfg.detectors and "trap" in DEFAULT_DETECTORS
-        _, params = check_config(cfg)
-        assert params["trap"] == {"k": 2, "max_new_tokens": 512}
-        with pytest.raises(Exception, match=r"override|merging|not in struct"):
-            compose("baselines", overrides=["params.trap.kk=2"])
-        with pytest.raises(ConfigError, match=r"params\.trap"):
-            check_config(compose("baselines", overrides=["data.path=x.jsonl", "params.trap.k=0"]))
+    cfg = compose("baselines", "data.path=x.jsonl", "params.trap.k=2")
+    assert "trap" in cfg.detectors and "trap" in DEFAULT_DETECTORS
+    _, params = check_config(cfg)
+    assert params["trap"] == {"k": 2, "max_new_tokens": 512}
+    with pytest.raises(Exception, match=r"override|merging|not in struct"):
+        compose("baselines", "params.trap.kk=2")
+    with pytest.raises(ConfigError, match=r"params\.trap"):
+        check_config(compose("baselines", "data.path=x.jsonl", "params.trap.k=0"))
