@@ -245,19 +245,17 @@ def test_detection_rate_counts_a_share(monkeypatch):
     (["runs_dir=x"], False),
 ])
 def test_ablations_config_compose(override, ok):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
     from hydra.errors import ConfigCompositionException
 
     from zcp.config import validate
     from zcp.errors import ConfigError
-    from zcp.validate.study import REPO_CONF
 
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
-        if ok:
-            validate(compose("ablations", overrides=override))
-        else:
-            with pytest.raises((ConfigCompositionException, ConfigError)):
-                validate(compose("ablations", overrides=override))
+    if ok:
+        validate(compose("ablations", *override))
+    else:
+        with pytest.raises((ConfigCompositionException, ConfigError)):
+            validate(compose("ablations", *override))
 
 
 # ------------------------------------------------------------------------------ the entry point
@@ -267,12 +265,11 @@ def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
     then the sample-size study alone on hand-made detection records; a rerun probes nothing again."""
     import json
 
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.benchmarks.loaders import save_items
     from zcp.simulate.base_model import base_model_path
     from zcp.validate.ablations import run_ablations
-    from zcp.validate.study import REPO_CONF
 
     items = [Item("a", "Ivy has 7 marbles and gets 18 more. How many marbles does Ivy have?", "25"),
              Item("b", "Tom has 12 apples and eats 5. How many apples are left?", "7"),
@@ -286,33 +283,31 @@ def test_run_ablations_end_to_end_and_resume(tmp_path, capsys):
     save_items(tmp_path / "r.jsonl", refs)
     common = [f"model.path={base_model_path()}", "logger=none", "probe.full_cot_max_tokens=24",
               "probe.zero_cot_max_tokens=6", "ablation.ratios=[0,0.5,1]"]
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
-        cfg = compose("ablations", overrides=[*common, f"data.path={tmp_path / 'd.jsonl'}",
-                                              f"data.reference_path={tmp_path / 'r.jsonl'}", "data.name=d",
-                                              f"output_dir={tmp_path / 'out'}", "ablations=[truncation,full_cot]"])
-        summary = run_ablations(cfg)
-        out = tmp_path / "out"
-        recs = (out / "truncation_records.jsonl").read_text().splitlines()
-        assert len(recs) == 3 * 6 and len((out / "cots.jsonl").read_text().splitlines()) == 6
-        assert {r["ratio"] for r in summary["truncation"]["rows"]} == {0.0, 0.5, 1.0}
-        assert {r["split"] for r in summary["full_cot"]["rows"]} == {"d"}
-        assert (out / "truncation.png").exists() and "Full-CoT ablation" in (out / "ablations.md").read_text()
-        run_ablations(cfg)  # resume: nothing probed again
-        assert (out / "truncation_records.jsonl").read_text().splitlines() == recs
+    cfg = compose("ablations", *common, f"data.path={tmp_path / 'd.jsonl'}",
+                  f"data.reference_path={tmp_path / 'r.jsonl'}", "data.name=d",
+                  f"output_dir={tmp_path / 'out'}", "ablations=[truncation,full_cot]")
+    summary = run_ablations(cfg)
+    out = tmp_path / "out"
+    recs = (out / "truncation_records.jsonl").read_text().splitlines()
+    assert len(recs) == 3 * 6 and len((out / "cots.jsonl").read_text().splitlines()) == 6
+    assert {r["ratio"] for r in summary["truncation"]["rows"]} == {0.0, 0.5, 1.0}
+    assert {r["split"] for r in summary["full_cot"]["rows"]} == {"d"}
+    assert (out / "truncation.png").exists() and "Full-CoT ablation" in (out / "ablations.md").read_text()
+    run_ablations(cfg)  # resume: nothing probed again
+    assert (out / "truncation_records.jsonl").read_text().splitlines() == recs
 
-        det = tmp_path / "det"
-        det.mkdir()
-        from zcp.core.io import write_jsonl
+    det = tmp_path / "det"
+    det.mkdir()
+    from zcp.core.io import write_jsonl
 
-        write_jsonl(det / "records.jsonl", _records(n=12))
-        from zcp.core.io import write_json  # a finished detection: its meta and summary beside the records
+    write_jsonl(det / "records.jsonl", _records(n=12))
+    from zcp.core.io import write_json  # a finished detection: its meta and summary beside the records
 
-        write_json(det / "run_meta.json", {"fingerprint": "hand-made", "n_units": len(_records(n=12))})
-        write_json(det / "summary.json", {"metrics": ["acc", "p_first", "p_all"]})
-        cfg = compose("ablations", overrides=[*common, f"ablation.records={det / 'records.jsonl'}", "ablation.subsets=4",
-                                              "ablation.sizes=[5]", f"output_dir={tmp_path / 'n'}",
-                                              "ablations=[sample_size]"])
-        summary = run_ablations(cfg)
+    write_json(det / "run_meta.json", {"fingerprint": "hand-made", "n_units": len(_records(n=12))})
+    write_json(det / "summary.json", {"metrics": ["acc", "p_first", "p_all"]})
+    cfg = compose("ablations", *common, f"ablation.records={det / 'records.jsonl'}", "ablation.subsets=4",
+                  "ablation.sizes=[5]", f"output_dir={tmp_path / 'n'}", "ablations=[sample_size]")
+    summary = run_ablations(cfg)
     rows = {(r["split"], r["n"], r["metric"]): r for r in summary["sample_size"]["rows"]}
     assert rows[("C", 5, "acc")]["detection_rate"] == 1.0 and rows[("U", 5, "acc")]["detection_rate"] == 0.0
     subsets = [json.loads(x) for x in (tmp_path / "n" / "sample_size_subsets.jsonl").read_text().splitlines()]

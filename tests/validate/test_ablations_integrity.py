@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from configs import compose
 from fakes import FakeBackend
 
 from zcp.benchmarks.loaders import save_items
@@ -17,8 +18,6 @@ from zcp.core.io import write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.errors import ConfigError
 from zcp.simulate.base_model import base_model_path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _records(n: int = 50, m: int = 3) -> list[dict]:
@@ -52,10 +51,7 @@ def _detection(d: Path, *, cut: int | None = None, summary: bool = True, partial
 
 
 def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(str(REPO / "conf"), version_base=None):
-        return compose("ablations", overrides=["logger=none", *overrides])
+    return compose("ablations", "logger=none", *overrides)
 
 
 def test_the_sample_size_study_refuses_an_unfinished_detection(tmp_path):

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from configs import compose
 from fakes import FakeBackend
 
 from zcp.backends.base import ScoreRequest, ScoreResult
@@ -31,7 +32,6 @@ from zcp.validate.detectors.base import (
     register_detector,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = str(base_model_path())
 
 
@@ -73,12 +73,7 @@ def _detection(d: Path, c: Sequence[Item], u: Sequence[Item], *, gap: bool = Tru
 
 
 def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    import zcp.validate.baselines  # noqa: F401 - stores baselines_schema
-
-    with initialize_config_dir(str(REPO / "conf"), version_base=None):
-        return compose("baselines", overrides=[f"model.path={MODEL}", "logger=none", *overrides])
+    return compose("baselines", f"model.path={MODEL}", "logger=none", *overrides)
 
 
 def _files(tmp: Path, c: Sequence[Item], u: Sequence[Item]) -> list[str]:

@@ -213,7 +213,7 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     """hydra.compose of the real config with a tiny grid, (b) on toy records and (c) on 16 items probed
     through the real detection machinery with a fake backend (the HF backend has its own tests): every
     report file is written and (c)'s records are kept for the next run."""
-    from hydra import compose, initialize_config_dir
+    from configs import compose
     from omegaconf import open_dict
 
     def p_of(question: str) -> float:  # a fixed, question-dependent probability in (0.05, 0.95)
@@ -242,27 +242,27 @@ def test_entry_point_end_to_end(tmp_path, monkeypatch):
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
     out = tmp_path / "cal"
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("calibration", overrides=[
-            "logger=none", f"output_dir={out}", "run.progress=false", "data=jsonl", "data.name=toy",
-            f"data.path={tmp_path / 'items.jsonl'}", f"data.reference_path={tmp_path / 'ref.jsonl'}",
-            "simulation.accuracy=[0.5,0.9]", "simulation.m=[1,3]", "simulation.n=[10,25]",
-            "simulation.replicates=60", "simulation.replicates_continuous=40", "simulation.B=99",
-            "simulation.library_check=3",
-            "joint.accuracy=[0.5]", "joint.m=[3]", "joint.n=[20]", "joint.replicates=40", "joint.B=99",
-            "power.accuracy=[0.5]", "power.n=[20]", "power.replicates=30", "power.B=99",
-            "power.binary_effects=[0,0.3]", "power.continuous_effects=[0,1]",
-            "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
-            "conventions.dependence=[shifted]", "conventions.replicates=40", "conventions.B=99",
-            f"real_null.records=[{records.parent}/*.jsonl]", "real_null.replicates=30", "real_null.B=99",
-            "base_model.metrics=[acc,p_first,p_all]", "base_model.subsets=10", "base_model.subset_size=8",
-            "base_model.B=99", f"base_model.records_root={tmp_path / 'rec'}",
-            # (d) on 24 items of the reserved pool, the fake model playing a clean one
-            "real_originals.base=null", "real_originals.m=2",
-            "real_originals.sizes=[10]", "real_originals.subsets=20", "real_originals.null_pools=5",
-            "real_originals.metrics=[acc,p_all]", "real_originals.B=99",
-            f"real_originals.records_root={tmp_path / 'rec_d'}",
-        ])
+    cfg = compose(
+        "calibration",
+        "logger=none", f"output_dir={out}", "run.progress=false", "data=jsonl", "data.name=toy",
+        f"data.path={tmp_path / 'items.jsonl'}", f"data.reference_path={tmp_path / 'ref.jsonl'}",
+        "simulation.accuracy=[0.5,0.9]", "simulation.m=[1,3]", "simulation.n=[10,25]",
+        "simulation.replicates=60", "simulation.replicates_continuous=40", "simulation.B=99",
+        "simulation.library_check=3",
+        "joint.accuracy=[0.5]", "joint.m=[3]", "joint.n=[20]", "joint.replicates=40", "joint.B=99",
+        "power.accuracy=[0.5]", "power.n=[20]", "power.replicates=30", "power.B=99",
+        "power.binary_effects=[0,0.3]", "power.continuous_effects=[0,1]",
+        "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
+        "conventions.dependence=[shifted]", "conventions.replicates=40", "conventions.B=99",
+        f"real_null.records=[{records.parent}/*.jsonl]", "real_null.replicates=30", "real_null.B=99",
+        "base_model.metrics=[acc,p_first,p_all]", "base_model.subsets=10", "base_model.subset_size=8",
+        "base_model.B=99", f"base_model.records_root={tmp_path / 'rec'}",
+        # (d) on 24 items of the reserved pool, the fake model playing a clean one
+        "real_originals.base=null", "real_originals.m=2",
+        "real_originals.sizes=[10]", "real_originals.subsets=20", "real_originals.null_pools=5",
+        "real_originals.metrics=[acc,p_all]", "real_originals.B=99",
+        f"real_originals.records_root={tmp_path / 'rec_d'}",
+    )
     with open_dict(cfg):  # replace the study's models and pools (a dict override merges into the file's)
         cfg.real_originals.models = {"fake": str(model_dir)}
         cfg.real_originals.pools = {"wp": {"kind": "wordproblem_pool", "n": 24, "candidates": 4}}
@@ -297,7 +297,7 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
     clean model: records per convention (the probe line's in today's directory, reused by the default run), the
     full-CoT generation shared by the conventions, auto's reading, multiconv rows, and the probe line's rows equal
     to the default run's (prefills=[probe]) digit for digit."""
-    from hydra import compose, initialize_config_dir
+    from configs import compose
     from omegaconf import open_dict
 
     def p_of(question: str) -> float:
@@ -311,15 +311,16 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
     (model_dir / "config.json").write_text("{}")
 
     def run(name, prefills, parts="[real_originals]", extra=()):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-            cfg = compose("calibration", overrides=[
-                "logger=none", f"output_dir={tmp_path / name}", "run.progress=false", f"parts={parts}",
-                "real_originals.base=null", "real_originals.m=2", "real_originals.sizes=[10]",
-                "real_originals.subsets=20", "real_originals.null_pools=4", "real_originals.metrics=[acc,con,p_all]",
-                "real_originals.B=99", f"real_originals.records_root={tmp_path / 'rec'}",
-                f"real_originals.prefills={prefills}", "real_originals.auto_read=6", "probe.auto.neutral_n=4",
-                "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
-                "conventions.replicates=40", "conventions.B=99", *extra])
+        cfg = compose(
+            "calibration",
+            "logger=none", f"output_dir={tmp_path / name}", "run.progress=false", f"parts={parts}",
+            "real_originals.base=null", "real_originals.m=2", "real_originals.sizes=[10]",
+            "real_originals.subsets=20", "real_originals.null_pools=4", "real_originals.metrics=[acc,con,p_all]",
+            "real_originals.B=99", f"real_originals.records_root={tmp_path / 'rec'}",
+            f"real_originals.prefills={prefills}", "real_originals.auto_read=6", "probe.auto.neutral_n=4",
+            "conventions.accuracy=[0.5]", "conventions.m=[3]", "conventions.n=[20]", "conventions.conventions=[2]",
+            "conventions.replicates=40", "conventions.B=99", *extra,
+        )
         with open_dict(cfg):
             cfg.real_originals.models = {"fake": str(model_dir)}
             cfg.real_originals.pools = {"wp": {"kind": "wordproblem_pool", "n": 24, "candidates": 4}}
@@ -350,21 +351,19 @@ def test_multi_convention_part_d_end_to_end(tmp_path, monkeypatch):
 
 
 def test_prefills_are_checked_at_compose():
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.errors import ConfigError
 
     for key, bad in (("prefills", "[probe,hahs]"), ("prefills", "auto"), ("prefills", "[]"), ("tested", "[nope]")):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-            cfg = compose("calibration", overrides=[f"real_originals.{key}={bad}"])
+        cfg = compose("calibration", f"real_originals.{key}={bad}")
         with pytest.raises(ConfigError, match=rf"real_originals\.{key}"):
             zcp.config.validate(cfg, job="calibration")
 
 
 def test_quick_preset_composes():
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("calibration", overrides=["experiment=calibration_quick"])
+    cfg = compose("calibration", "experiment=calibration_quick")
     assert cfg.simulation.replicates == 200 and list(cfg.simulation.m) == [1, 3]
     assert cfg.data.missing_reference == "skip" and cfg.base_model.subset_size == 100

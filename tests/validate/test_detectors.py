@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from configs import compose
 from fakes import FakeBackend
 from scipy.stats import mannwhitneyu
 
@@ -276,25 +277,16 @@ def test_skipped_detectors_are_listed_with_their_reason(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ config
-def _compose(overrides):
-    from hydra import compose, initialize_config_dir
-
-    import zcp.validate.baselines  # noqa: F401 - stores baselines_schema
-
-    with initialize_config_dir(str(REPO / "conf"), version_base=None):
-        return compose("baselines", overrides=overrides)
-
-
 def test_compose_baselines_config_and_typed_checks():
-    cfg = _compose(["data.path=x.jsonl", "detectors=[ppl,mink20,recon]", "+params.mink20.k=25",
-                    "params.recon.temperature=0.7"])
+    cfg = compose("baselines", "data.path=x.jsonl", "detectors=[ppl,mink20,recon]", "+params.mink20.k=25",
+                  "params.recon.temperature=0.7")
     job, params = check_config(cfg)
     assert job.detectors == ["ppl", "mink20", "recon"] and params["mink20"] == {"k": 25}
     assert params["recon"]["temperature"] == 0.7 and params["recon"]["n_samples"] == 16
     assert cfg.ref_model.path is None and cfg.data.u_path is None
     for bad in (["detectors_typo=[ppl]"], ["data.u_pth=x"], ["alpha=high"], ["params.recon.temprature=1"]):
         with pytest.raises(Exception, match=r"override|merging|not in struct"):
-            _compose(bad)
+            compose("baselines", *bad)
     for overrides, key in ((["detectors=[ppl,nope]"], "unknown detector 'nope'"),
                            (["alpha=2"], "alpha=2"),
                            (["detectors=[dpcc]", "params.dpcc.n_rewrites=0"], "params.dpcc"),
@@ -302,7 +294,7 @@ def test_compose_baselines_config_and_typed_checks():
                            (["detectors=[ppl]", "params.recon.n_samples=0"], "params.recon"),
                            (["data.limit=0"], "data.limit")):
         with pytest.raises(ConfigError, match=key.replace("(", r"\(")):
-            check_config(_compose(overrides))
+            check_config(compose("baselines", *overrides))
 
 
 def test_entry_point_reports_bad_config_in_one_line(tmp_path):
@@ -317,11 +309,12 @@ def test_entry_point_reports_bad_config_in_one_line(tmp_path):
     from zcp.validate.baselines import run_baselines
 
     with pytest.raises(user_errors(), match=r"nonexistent\.jsonl"):
-        run_baselines(_compose(["data.path=/nonexistent.jsonl", "detectors=[ppl]", f"output_dir={tmp_path}",
-                                "logger=none"]))
+        run_baselines(compose("baselines", "data.path=/nonexistent.jsonl", "detectors=[ppl]",
+                              f"output_dir={tmp_path}", "logger=none"))
     assert not (tmp_path / "config.yaml").exists()
     with pytest.raises(ConfigError, match=r"data\.path cannot be used"):
-        run_baselines(_compose(["run_dir=outputs/contaminate/x", "data.path=c.jsonl", "logger=none"]))
+        run_baselines(compose("baselines", "run_dir=outputs/contaminate/x", "data.path=c.jsonl",
+                              "logger=none"))
 
 
 def test_job_from_data_files_with_references(tmp_path):
@@ -338,9 +331,10 @@ def test_job_from_data_files_with_references(tmp_path):
     save_items(tmp_path / "u.jsonl", u)
     save_items(tmp_path / "c_ref.jsonl", [r for it in c for r in refs[it.id]])
     out = tmp_path / "out"
-    s = run_baselines(_compose([f"data.path={tmp_path / 'c.jsonl'}", f"data.u_path={tmp_path / 'u.jsonl'}",
-                                f"data.reference_path={tmp_path / 'c_ref.jsonl'}", "detectors=[ppl,mink20]",
-                                f"output_dir={out}", "logger=none"]))
+    s = run_baselines(compose("baselines", f"data.path={tmp_path / 'c.jsonl'}",
+                              f"data.u_path={tmp_path / 'u.jsonl'}",
+                              f"data.reference_path={tmp_path / 'c_ref.jsonl'}", "detectors=[ppl,mink20]",
+                              f"output_dir={out}", "logger=none"))
     assert s["files"]["data"]["n"] == 4 and s["files"]["data"]["n_reference_items"] == 8
     assert s["files"]["u"]["n_reference_items"] == 0
     e = s["detectors"]["ppl"]

@@ -6,7 +6,7 @@ import pytest
 from study_runs import _ablations_dir, _baselines_dir, _detection_records, _run_dir  # noqa: F401
 
 from zcp.core.io import write_json
-from zcp.validate.study import REPO_CONF, build_report
+from zcp.validate.study import build_report
 
 
 def test_report_renders_the_numbers_put_in(tmp_path):
@@ -39,15 +39,13 @@ def test_report_renders_the_numbers_put_in(tmp_path):
 
 
 def test_report_entry_point_and_config(tmp_path, capsys):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.validate.study import run_report
 
     run = _run_dir(tmp_path, "verb")
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
-        cfg = compose("report", overrides=[f"report.verbatim.run_dir={run}", f"output_dir={tmp_path / 'o'}",
-                                           "logger=none"])
-        run_report(cfg)
+    cfg = compose("report", f"report.verbatim.run_dir={run}", f"output_dir={tmp_path / 'o'}", "logger=none")
+    run_report(cfg)
     assert "Verbatim leak" in (tmp_path / "o" / "report.md").read_text()
     assert (tmp_path / "o" / "config.yaml").exists()
 
@@ -55,24 +53,22 @@ def test_report_entry_point_and_config(tmp_path, capsys):
 @pytest.mark.parametrize("override", [["report.verbatim.foo=1"], ["report.metrics=[bogus]"], ["reports=1"],
                                       ["report.verbatim.run_dir=/no/such/dir"], []])
 def test_report_config_refuses_bad_keys(override, tmp_path):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
     from hydra.errors import ConfigCompositionException
 
     from zcp.errors import ConfigError
     from zcp.validate.study import run_report
 
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None), \
-            pytest.raises((ConfigCompositionException, ConfigError)):
-        run_report(compose("report", overrides=[*override, f"output_dir={tmp_path}", "logger=none"]))
+    with pytest.raises((ConfigCompositionException, ConfigError)):
+        run_report(compose("report", *override, f"output_dir={tmp_path}", "logger=none"))
 
 
 def test_detector_study_experiment_composes():
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.config import validate
 
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
-        rep = validate(compose("report", overrides=["experiment=detector_study"]))["report"]
+    rep = validate(compose("report", "experiment=detector_study"))["report"]
     assert rep.verbatim.run_dir and rep.paraphrased.run_dir
 
 
@@ -128,23 +124,22 @@ def test_report_over_exposure_tabulates_each_level_and_leak_kind(tmp_path):
 
 
 def test_report_over_exposure_from_the_entry_point(tmp_path):
-    from hydra import compose, initialize_config_dir
+    from configs import compose
 
     from zcp.errors import ConfigError
     from zcp.validate.study import run_report
 
     root = tmp_path / "contaminate"
     _exposure_run(root, "a", 1, 2, 0.5)
-    with initialize_config_dir(config_dir=str(REPO_CONF), version_base=None):
-        cfg = compose("report", overrides=[f"report.exposure.root={root}", "report.exposure.name=detexp",
-                                           f"output_dir={tmp_path / 'o'}", "logger=none"])
-        run_report(cfg)
-        assert "## Detectors versus exposure" in (tmp_path / "o" / "report.md").read_text()
-        for bad, match in ((["report.exposure.name=nothing"], "no .*nothing__"),
-                           ([f"report.exposure.runs=[{tmp_path / 'nope'}]"], "no such directory")):
-            with pytest.raises(ConfigError, match=match):
-                run_report(compose("report", overrides=[f"report.exposure.root={root}", *bad,
-                                                        f"output_dir={tmp_path / 'o2'}", "logger=none"]))
+    cfg = compose("report", f"report.exposure.root={root}", "report.exposure.name=detexp",
+                  f"output_dir={tmp_path / 'o'}", "logger=none")
+    run_report(cfg)
+    assert "## Detectors versus exposure" in (tmp_path / "o" / "report.md").read_text()
+    for bad, match in ((["report.exposure.name=nothing"], "no .*nothing__"),
+                       ([f"report.exposure.runs=[{tmp_path / 'nope'}]"], "no such directory")):
+        with pytest.raises(ConfigError, match=match):
+            run_report(compose("report", f"report.exposure.root={root}", *bad,
+                               f"output_dir={tmp_path / 'o2'}", "logger=none"))
 
 
 def test_report_shows_more_sample_size_studies(tmp_path):
