@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from hydra import compose as _hydra_compose
@@ -13,16 +12,15 @@ import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and th
 from zcp import REPO_ROOT
 
 
-def compose(config_name: str, *overrides: str, resolve: bool = False, return_hydra_config: bool = False,
-            config_dir: str | Path | None = None) -> DictConfig | dict[str, Any]:
-    """conf/<config_name>.yaml of this checkout (`zcp.REPO_ROOT / "conf"`, or `config_dir`) composed by Hydra
+def compose(config_name: str, *overrides: str, resolve: bool = False,
+            return_hydra_config: bool = False) -> DictConfig | dict[str, Any]:
+    """conf/<config_name>.yaml of this checkout (`zcp.REPO_ROOT / "conf"`) composed by Hydra
     with `overrides`, as `python <job>.py <overrides>` would see it (compose-time errors raise here).
 
     resolve: return `OmegaConf.to_container(cfg, resolve=True)`, a plain dict with every interpolation resolved.
     return_hydra_config: keep the `hydra` node (hydra.compose's flag of the same name).
     """
-    conf = Path(config_dir) if config_dir is not None else REPO_ROOT / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
         cfg = _hydra_compose(config_name=config_name, overrides=list(overrides),
                              return_hydra_config=return_hydra_config)
         return OmegaConf.to_container(cfg, resolve=True) if resolve else cfg
