@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from zcp.backends.base import ScoreRequest
+from zcp.backends.base import Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend
 from zcp.core.machine import cpu_split, git_commit, machine_state
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
@@ -58,6 +58,24 @@ def _items(n: int, seed: int = 0) -> list[tuple[str, str]]:
         out.setdefault(q, str(a + b * c))
     return list(out.items())
 
+
+def _probe_requests(n: int) -> tuple[list[Prompt], list[ScoreRequest]]:
+    """The zero-CoT prompts of `_items(n)` and the probe's own score requests on them (p_first/p_all: the gold answer
+    and the brace closing the box), what every mode here scores."""
+    cfg = ProbeConfig(metrics=("p_first", "p_all"))
+    qa = _items(n)
+    prompts = [zero_cot_prompt(q, cfg) for q, _ in qa]
+    return prompts, answer_score_requests(prompts, [a for _, a in qa], cfg)
+
+
+def _write_report(path: str | None, report: dict[str, Any]) -> None:
+    """`report` as JSON at `path` (--json), when one is given."""
+    if path:
+        import json
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {path}")
 
 def _backend(model_dir: str | None) -> HFBackend:
     from zcp.config import asset_path
@@ -226,15 +244,12 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     `--baseline-tree DIR` each run also times DIR's run_detect (another version of the code, e.g. `git archive`
     of the commit before a change) right after this tree's, against the same raw forward: before/after figures
     of one invocation."""
-    import json
     import statistics
     import tempfile
 
     from zcp.config import asset_path
 
-    cfg = ProbeConfig(metrics=("p_first", "p_all"))
-    qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
-    reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
+    reqs = _probe_requests(args.n)[1]
     start = machine_state()
     print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}", flush=True)
     report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small}, "runs": args.runs,
@@ -293,10 +308,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
               f"CPU time: ratio {med['ratio_cpu']:.2f}x, host {med['host_cpu_ms_per_unit']:.3f} ms/unit")
     if args.profile:
         report["profile"] = profiled
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    _write_report(args.json, report)
     return report
 
 
@@ -312,17 +324,13 @@ def bound(args: argparse.Namespace) -> dict[str, Any]:
       the forward kept the other, i.e. the bound of pipelining host work under the forward on this machine.
 
     A target above the larger of the two cannot be met on this machine; one below it may or may not be (the bound
-    leaves out every other host step). The raw forward's CPU time / wall at the
-    default threads says whether it leaves a core idle for host work (2.0 on 2 cores: it does not)."""
-    import json
+    leaves out every other host step). The raw forward's CPU time / wall at the default threads says whether it
+    leaves a core idle for host work (2.0 on 2 cores: it does not)."""
     import tempfile
 
     from zcp.config import asset_path
 
-    cfg = ProbeConfig(metrics=("p_first", "p_all"))
-    qa = _items(args.n)
-    prompts = [zero_cot_prompt(q, cfg) for q, _ in qa]
-    reqs = answer_score_requests(prompts, [a for _, a in qa], cfg)
+    prompts, reqs = _probe_requests(args.n)
     threads = torch.get_num_threads()
     start = machine_state()
     report: dict[str, Any] = {"units": args.n, "torch_threads": threads, "cpus": os.cpu_count(), "start": start,
@@ -370,10 +378,7 @@ def bound(args: argparse.Namespace) -> dict[str, Any]:
                   f"{'not excluded' if max(seq, over) >= target else 'excluded'} by this bound)", flush=True)
     end = machine_state()
     report.update(end=end, cpu_split=cpu_split(start, end))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    _write_report(args.json, report)
     return report
 
 
@@ -408,9 +413,7 @@ def main() -> None:
         bound(args)
         return
     backend = _backend(args.model)
-    cfg = ProbeConfig(metrics=("p_first", "p_all"))
-    qa = _items(args.n)  # the probe's own requests: gold answer + the brace closing the box
-    reqs = answer_score_requests([zero_cot_prompt(q, cfg) for q, _ in qa], [a for _, a in qa], cfg)
+    reqs = _probe_requests(args.n)[1]
     n_params = sum(p.numel() for p in backend.model.parameters())
 
     single = HFBackend(backend.model, backend.tokenizer, max_batch_size=1)
