@@ -295,8 +295,8 @@ def benchmark_refs(records) -> dict[int, dict]:
 def test_perturbation_keeps_magnitudes_on_the_benchmark(records, benchmark_refs):
     sample = records[::25]
     kept = answers_kept = nonzero = 0
-    for i, r in zip(range(0, len(records), 25), sample, strict=True):
-        ref = benchmark_refs[i]
+    for i in range(0, len(records), 25):  # records[::25], each with perturb_arithmark(r, 0)
+        r, ref = records[i], benchmark_refs[i]
         old, new = split_expr(r["expression"])[0], split_expr(ref["expression"])[0]
         # operands: same sign, within a factor 3 (a log-symmetric step, no longer a digit range)
         kept += all(

@@ -144,9 +144,8 @@ def test_killed_run_resumes(world, tmp_path):
     proc.wait()
     n_before = len(rec.read_text().splitlines())
     assert 16 <= n_before < 200, n_before
-    _run_in_process(
-        root, "C", out, "run.chunk_size=8"
-    )  # the rerun: the same command resumes the killed run's dir
+    # the rerun: the same command resumes the killed run's dir
+    _run_in_process(root, "C", out, "run.chunk_size=8")
     recs = [json.loads(x) for x in rec.read_text().splitlines()]
     keys = {(r["variant"], r["original_id"], r["draw"]) for r in recs}
     assert len(recs) == len(keys) == 50 + 150
