@@ -19,6 +19,7 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.config.groups import DataConfig, RunConfig, StatsConfig
+from zcp.core.heap import long_lived_heap
 from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
@@ -531,6 +532,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
     return {"results": results, "verdicts": verdicts, "malformed": malformed}
 
 
+@long_lived_heap()  # what is alive when a run starts (the model, the datasets) is left out of its full collections
 def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
            settings: DetectSettings | None = None, *, tracker: Any = None, extra: dict[str, Any] | None = None,
            title: str | None = None, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
@@ -539,6 +541,8 @@ def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConf
     Before anything is written (the directory included) the units are fitted to the model's context
     (`plan_units`) and a dataset left with no item to test is refused (`check_testable`): an empty report
     is no result. The run directory is then locked for the duration (a second run on it refuses at once).
+    What is alive when it starts (the model, the datasets) is kept out of the run's garbage collections
+    (`zcp.core.heap.long_lived_heap`).
     summary.json and table.md say how the prompts were rendered (`rendering`), which items were left out and
     why (`datasets[].left_out`, the "n = 26 of 40 items" line), and flag acc/con as void where most answers
     are malformed (`malformed_warnings`, above MALFORMED_WARN_RATE).

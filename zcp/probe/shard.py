@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.backends.base import Backend
+from zcp.core.heap import long_lived_heap
 from zcp.core.io import RunLock, read_json, stable_hash, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
@@ -129,6 +130,7 @@ def _check_run_meta(out: Path, fingerprint: str, what: str) -> None:
         raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
 
 
+@long_lived_heap()  # as detect: the model and the datasets left out of the shard's full collections
 def probe_shard(backend: Backend, datasets: list[DetectDataset], probe: ProbeConfig, out: str | Path,
                 settings: DetectSettings, shard: tuple[int, int], *, source: str,
                 on_ready: Any = None) -> dict[str, Any]:

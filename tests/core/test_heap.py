@@ -1,0 +1,123 @@
+"""long_lived_heap: the heap frozen for a detection run and released after it, nested runs and callers' freezes
+respected, garbage still collected; detect and probe_shard run under it."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from fakes import FakeBackend
+
+from zcp.core.heap import long_lived_heap
+from zcp.core.items import Item
+from zcp.probe.detect import DetectDataset, DetectSettings, detect
+from zcp.probe.prompts import ProbeConfig
+
+
+@pytest.fixture(autouse=True)
+def _no_freeze_outside():
+    assert gc.get_freeze_count() == 0  # every test starts and must end with nothing frozen
+    yield
+    leaked = gc.get_freeze_count()
+    gc.unfreeze()
+    assert leaked == 0
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def _cycle() -> weakref.ref:
+    """A reference cycle no name holds: only the cyclic collector frees it; a weak reference tells when."""
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_the_block_freezes_what_was_alive_and_the_exit_releases_it():
+    with long_lived_heap():
+        assert gc.get_freeze_count() > 1000  # the interpreter's own objects at least (modules, functions, this test)
+    assert gc.get_freeze_count() == 0
+
+
+def test_cycles_made_inside_are_collected_inside():
+    with long_lived_heap():
+        ref = _cycle()
+        gc.collect()
+        assert ref() is None
+
+
+def test_a_cycle_alive_on_entry_waits_for_the_exit_then_is_collected():
+    ref = _cycle()  # garbage already, not yet collected: frozen with the rest
+    with long_lived_heap():
+        gc.collect()
+        assert ref() is not None  # the frozen generation is not traversed
+    gc.collect()
+    assert ref() is None
+
+
+def test_nested_blocks_release_only_at_the_outermost_exit():
+    with long_lived_heap():
+        n = gc.get_freeze_count()
+        with long_lived_heap():
+            assert gc.get_freeze_count() == n  # the inner block does not freeze again
+        assert gc.get_freeze_count() == n  # nor does its exit release the outer block's heap
+    assert gc.get_freeze_count() == 0
+
+
+def test_an_exception_still_releases_the_heap():
+    with pytest.raises(RuntimeError), long_lived_heap():
+        raise RuntimeError("a run that failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_heap_frozen_by_the_caller_is_left_frozen():
+    gc.freeze()
+    n = gc.get_freeze_count()
+    try:
+        with long_lived_heap():
+            assert gc.get_freeze_count() >= n
+        assert gc.get_freeze_count() >= n  # the caller's freeze is not undone
+    finally:
+        gc.unfreeze()
+
+
+class _Watching(FakeBackend):
+    """Records the frozen count at every scoring call."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.seen: list[int] = []
+
+    def score(self, requests):
+        self.seen.append(gc.get_freeze_count())
+        return super().score(requests)
+
+
+def _data() -> list[DetectDataset]:
+    items = [Item(f"i{k}", f"Q{k}: what is {k}+{k}?", str(2 * k)) for k in range(8)]
+    ref = {it.id: [Item(f"{it.id}::r0", f"R{k}: what is {k}+1?", str(k + 1), metadata={"original_id": it.id})]
+           for k, it in enumerate(items)}
+    return [DetectDataset("D", items, ref)]
+
+
+_PROBE = ProbeConfig(metrics=("p_first", "p_all"))
+
+
+def test_detect_probes_with_the_heap_frozen_and_releases_it(tmp_path):
+    backend = _Watching()
+    detect(backend, _data(), _PROBE, tmp_path, DetectSettings(bootstrap_samples=200, progress=False))
+    assert backend.seen and all(n > 1000 for n in backend.seen)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_shard_probes_with_the_heap_frozen_and_releases_it(tmp_path):
+    from zcp.probe.shard import probe_shard
+
+    backend = _Watching()
+    meta = probe_shard(backend, _data(), _PROBE, tmp_path, DetectSettings(bootstrap_samples=200, progress=False),
+                       (0, 2), source="test")
+    assert meta["n_units"] > 0 and backend.seen and all(n > 1000 for n in backend.seen)
+    assert gc.get_freeze_count() == 0
