@@ -3,7 +3,7 @@
 Once a model has loaded, the process holds ~0.5M objects the collector tracks (modules, the model, the
 tokenizer, the datasets), nearly all of which live until the process ends. A full collection traverses every
 one of them (~0.15 s on a 2-core CPU), and a run's own allocations (units, prompts, token ids, records) trigger
-several: measured on 5,000 scored units of a 2-layer model, ~0.07 ms per unit of garbage collection, a fifth
+several: measured on 5,000 scored units of a 2-layer model, ~0.08 ms per unit of garbage collection, a fifth
 of that model's forward pass (docs/results/scoring.md). `long_lived_heap` moves what is alive when a run
 starts out of the collector's generations (`gc.freeze`, the standard library's mechanism for long-lived
 heaps) so those collections traverse only what the run made since, and puts it back on exit (`gc.unfreeze`).
