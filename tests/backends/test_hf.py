@@ -231,6 +231,39 @@ def test_shipped_model_scores_the_same_alone_or_in_any_batch():
     assert _exact_or_tight(_worst_batch_difference(backend, _varied_requests(16, seed=2)))
 
 
+class _LooksAhead(torch.nn.Module):
+    """A model whose positions see the padding after them when no mask hides it (attention that looks ahead):
+    without a mask, a row's logits at token 0 move by a tenth per padding token."""
+
+    def __init__(self, inner, pad_id: int) -> None:
+        super().__init__()
+        self.inner, self.pad_id = inner, pad_id
+        self.config, self.generation_config = inner.config, inner.generation_config
+
+    def forward(self, input_ids, attention_mask=None, **kw):
+        out = self.inner(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        if attention_mask is None:
+            out.logits[..., 0] += 0.1 * (input_ids == self.pad_id).sum(1)[:, None].float()
+        return out
+
+
+def test_scoring_drops_the_mask_only_where_it_changes_nothing(tiny_model, tiny_tok):
+    reqs = _varied_requests(20, seed=3)
+    masked = HFBackend(tiny_model, tiny_tok, max_batch_size=4)
+    masked._mask_free = False  # always the mask: the reference
+    want = [r.token_logprobs for r in masked.score(reqs)]
+    causal = HFBackend(tiny_model, tiny_tok, max_batch_size=4)
+    assert causal.mask_free is None
+    assert [r.token_logprobs for r in causal.score(reqs)] == want  # bit for bit
+    assert causal.mask_free is True  # a causal LM: right padding is invisible to the scored positions
+    ahead = HFBackend(_LooksAhead(tiny_model, masked.pad_id), tiny_tok, max_batch_size=4)
+    assert [r.token_logprobs for r in ahead.score(reqs)] == want
+    assert ahead.mask_free is False  # the first padded batch told the two apart: the mask stays
+    dropped = HFBackend(_LooksAhead(tiny_model, masked.pad_id), tiny_tok, max_batch_size=4)
+    dropped._mask_free = True  # what scoring without the check would give that model
+    assert [r.token_logprobs for r in dropped.score(reqs)] != want
+
+
 def test_padded_length_depends_on_the_row_alone(backend):
     from zcp.backends.hf import padded_length
 
