@@ -20,6 +20,8 @@ unit, is the run's host work on the critical path (`host_ms_per_unit`). `--small
 96-hidden Llama built here (the shipped tokenizer, random weights, saved to a temp dir; forward ~0.25 ms per
 unit on 2 CPU threads, where host work dominates); `--runs` repeats both models in one invocation, interleaved,
 and reports every run and the median ratio (targets: >= 0.8x small, >= 0.9x shipped); `--json` writes them.
+`--small-scale K` runs the small model at K x n and K x n_small units: its forward is ~4x faster than the shipped
+one's, so at the same units its marginal rests on a few seconds beside a start-up that varies by a second or more.
 
 --bound measures, for both models, the most that ratio can reach on this machine (`bound`): the forward at the
 default threads and at one, and the two host steps no run can skip (the chat template and tokenising the prompts).
@@ -249,10 +251,10 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
 
     from zcp.config import asset_path
 
-    reqs = _probe_requests(args.n)[1]
     start = machine_state()
     print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}", flush=True)
-    report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small}, "runs": args.runs,
+    report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small, "small_scale": args.small_scale},
+                              "runs": args.runs,
                               "best_of": args.best_of, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                               "date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(Path(__file__).resolve().parents[1]),
                               "baseline_tree": args.baseline_tree, "overrides": list(args.detect_args),
@@ -261,12 +263,15 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         models = {"shipped" if not args.model else Path(args.model).name: args.model or asset_path("base_model")}
         if args.small_model:
             models["small"] = str(small_model(Path(tmp) / "small_model"))
-        sizes = {}
-        for n in (args.n_small, args.n):
-            sizes[n] = Path(tmp) / str(n)
-            sizes[n].mkdir()
-            _write_benchmark(sizes[n], n)
-        raws = {name: _raw_forward(_backend(path), reqs)[0] for name, path in models.items()}
+        # each model's two sizes: the small model's `--small-scale` times as many units (its forward is ~4x faster,
+        # so the same marginal seconds stand out of the same start-up noise)
+        scale = {name: args.small_scale if name == "small" else 1 for name in models}
+        sizes = {name: {k * c: Path(tmp) / str(k * c) for c in (args.n_small, args.n)} for name, k in scale.items()}
+        for root in {root for by_n in sizes.values() for root in by_n.values()}:
+            root.mkdir()
+            _write_benchmark(root, int(root.name))
+        raws = {name: _raw_forward(_backend(path), _probe_requests(args.n * scale[name])[1])[0]
+                for name, path in models.items()}
         for warm in raws.values():
             warm()
         trees: dict[str, Path | None] = {"": None}
@@ -276,7 +281,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.runs):
             for name, path in models.items():
                 for t, tree in trees.items():
-                    fig = _e2e_once(path, sizes, raws[name], args.repeats, args.detect_args, tree, args.best_of)
+                    fig = _e2e_once(path, sizes[name], raws[name], args.repeats, args.detect_args, tree, args.best_of)
                     runs[name + t].append(fig)
                     print(f"  run {r + 1} {name + t:17s} run_detect {fig['wall_small_s']:5.1f} s / {fig['wall_s']:5.1f} "
                           f"s, marginal {fig['marginal_units_per_s']:8.1f} units/s, raw {fig['raw_units_per_s']:8.1f} "
@@ -286,8 +291,9 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         profiled = {}
         if args.profile:  # each tree's run_detect, the small model when built, at n units
             for t, tree in trees.items():
-                profiled[t or "this"] = _profile(models.get("small", next(iter(models.values()))), sizes[args.n],
-                                                 args.profile + t, args.detect_args, tree=tree)
+                name = "small" if "small" in models else next(iter(models))
+                profiled[t or "this"] = _profile(models[name], sizes[name][args.n * scale[name]], args.profile + t,
+                                                 args.detect_args, tree=tree)
     end = machine_state()
     report.update(end=end, cpu_split=cpu_split(start, end))
     print(f"end {end['time_utc']} UTC, load average {end.get('loadavg')}; machine CPU time over the run: "
@@ -300,6 +306,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         target = E2E_TARGETS.get(model)
         report["models"][name] = {"path": models[model] if model != "small" else "built (2 layers x 96 hidden)",
                                   "tree": str(trees["@baseline"]) if name.endswith("@baseline") else "this",
+                                  "units": sorted(sizes[model]),
                                   "runs": figs, "median": med, "target": target}
         each = ", ".join(f"{f['ratio']:.2f}" for f in figs)
         print(f"  {name:17s} end to end / raw forward = {med['ratio']:.2f}x (runs: {each})"
@@ -391,6 +398,8 @@ def main() -> None:
     ap.add_argument("--n-small", type=int, default=500, help="--end-to-end: units of the small run")
     ap.add_argument("--best-of", "--e2e-repeats", dest="best_of", type=int, default=1, help="--end-to-end: run_detect runs per size within a run "
                                                          "(the fastest kept: a shared machine's busy spells)")
+    ap.add_argument("--small-scale", type=int, default=1, help="--end-to-end: the small model's run_detect and raw "
+                                                                 "forward on this many times --n and --n-small units")
     ap.add_argument("--runs", type=int, default=1, help="--end-to-end: runs of each model (all printed, median used)")
     ap.add_argument("--small-model", action="store_true",
                     help="--end-to-end: also a 2 x 96 Llama built here (forward ~0.25 ms per unit)")
