@@ -172,9 +172,10 @@ class HFBackend(TokenizedBackend):
     def mask_free(self) -> bool | None:
         """Whether scoring runs without an attention mask: None until the first scoring batch that holds padding,
         then whether that batch's logits at every scored position were bit-identical with and without the mask
-        (that batch keeps the masked ones; the check costs that batch one more forward). Right padding comes after every scored position, so a causal LM
-        cannot see it and the two agree; a model whose attention looks ahead (or kernels that differ between
-        the masked and the causal path, float noise on some GPUs) keeps the mask for the backend's life."""
+        (that batch keeps the masked ones; the check costs that batch one more forward). Right padding comes after
+        every scored position, so a causal LM cannot see it and the two agree; a model whose attention looks ahead
+        (or kernels that differ between the masked and the causal path, float noise on some GPUs) keeps the mask
+        for the backend's life."""
         return self._mask_free
 
     def _logits(self, ids: torch.Tensor, mask: torch.Tensor | None, keep: int) -> torch.Tensor:
