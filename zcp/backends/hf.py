@@ -208,7 +208,6 @@ class HFBackend(TokenizedBackend):
             # differ from its blocked kernel's, so a short request alone would get other logits than in a batch.
             keep = ids.shape[1] - min(enc[i].start for i in batch) + 1
             keep = max(keep, min(ids.shape[1], -(-_MIN_HEAD_ROWS // len(batch))))
-            padded = any(enc[i].end < width for i in batch)
             logits = self._logits(ids, None if self._mask_free else mask, keep)
             offset = ids.shape[1] - logits.shape[1]
             rows, pos, tgt = [], [], []
@@ -219,7 +218,7 @@ class HFBackend(TokenizedBackend):
                 tgt += e.continuation_ids
             at = (torch.tensor(rows, device=self.device), torch.tensor(pos, device=self.device))
             sel = logits[at]
-            if padded and self._mask_free is None:
+            if self._mask_free is None and any(enc[i].end < width for i in batch):  # a batch that holds padding
                 self._mask_free = bool(torch.equal(sel, self._logits(ids, None, keep)[at]))
                 log.info("scoring %s an attention mask: the first padded batch's scored logits %s without it",
                          "without" if self._mask_free else "with", "are the same" if self._mask_free else "differ")
