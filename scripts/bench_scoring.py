@@ -21,7 +21,9 @@ unit, is the run's host work on the critical path (`host_ms_per_unit`). `--small
 unit on 2 CPU threads, where host work dominates); `--runs` repeats both models in one invocation, interleaved,
 and reports every run and the median ratio (targets: >= 0.8x small, >= 0.9x shipped); `--json` writes them.
 `--small-scale K` runs the small model at K x n and K x n_small units: its forward is ~4x faster than the shipped
-one's, so at the same units its marginal rests on a few seconds beside a start-up that varies by a second or more.
+one's, so at the same units its marginal rests on a few seconds beside a start-up that varies by a second or more;
+`--model-scale K` does the same for the shipped model (or --model), whose start-up on a slow spell of the shared box
+varies by several seconds beside a ~10 s marginal at 5,000 units.
 
 --bound measures, for both models, the most that ratio can reach on this machine (`bound`): the forward at the
 default threads and at one, and the two host steps no run can skip (the chat template and tokenising the prompts).
@@ -253,7 +255,8 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
 
     start = machine_state()
     print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}", flush=True)
-    report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small, "small_scale": args.small_scale},
+    report: dict[str, Any] = {"units": {"n": args.n, "n_small": args.n_small, "small_scale": args.small_scale,
+                                        "model_scale": args.model_scale},
                               "runs": args.runs,
                               "best_of": args.best_of, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                               "date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(Path(__file__).resolve().parents[1]),
@@ -265,7 +268,7 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
             models["small"] = str(small_model(Path(tmp) / "small_model"))
         # each model's two sizes: the small model's `--small-scale` times as many units (its forward is ~4x faster,
         # so the same marginal seconds stand out of the same start-up noise)
-        scale = {name: args.small_scale if name == "small" else 1 for name in models}
+        scale = {name: args.small_scale if name == "small" else args.model_scale for name in models}
         sizes = {name: {k * c: Path(tmp) / str(k * c) for c in (args.n_small, args.n)} for name, k in scale.items()}
         for root in {root for by_n in sizes.values() for root in by_n.values()}:
             root.mkdir()
@@ -400,6 +403,9 @@ def main() -> None:
                                                          "(the fastest kept: a shared machine's busy spells)")
     ap.add_argument("--small-scale", type=int, default=1, help="--end-to-end: the small model's run_detect and raw "
                                                                  "forward on this many times --n and --n-small units")
+    ap.add_argument("--model-scale", type=int, default=1, help="--end-to-end: the shipped model's (or --model's) "
+                                                                 "run_detect and raw forward on this many times --n "
+                                                                 "and --n-small units")
     ap.add_argument("--runs", type=int, default=1, help="--end-to-end: runs of each model (all printed, median used)")
     ap.add_argument("--small-model", action="store_true",
                     help="--end-to-end: also a 2 x 96 Llama built here (forward ~0.25 ms per unit)")
