@@ -78,7 +78,7 @@ class HFBackend(TokenizedBackend):
         self.gen_batch_size = gen_batch_size
         self.progress = progress
         self.device = next(model.parameters()).device
-        if self.device.type == "cpu":  # its passes reuse their activation memory (page faults: ~12% of a run)
+        if self.device.type == "cpu":  # passes reuse their activation memory (faulting it in: up to ~12% of a CPU run)
             from zcp.core.heap import retain_freed_memory
 
             retain_freed_memory()

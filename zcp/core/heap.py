@@ -73,8 +73,8 @@ def retain_freed_memory() -> bool:
     mmap and returns it on free, and hands the heap's free top back to the system above 128 KiB. A forward pass
     on CPU allocates and frees the same activation buffers (tens of MB per layer and batch) every pass, so each
     pass faults its working memory in again, page by page, zeroed by the kernel: measured on the 2-core box, a
-    20,000-unit detection run of the 2-layer bench model took 0.7-1.0M page faults and 3.5-5 s of system time,
-    against 0.19M and 1.3-1.6 s with these settings, and 12% less wall time (docs/results/scoring.md). Blocks
+    20,000-unit detection run of the 2-layer bench model took 0.85-1.2M page faults and 4.5-5.7 s of system time,
+    against 0.19M and 1.4-1.8 s with these settings, and 3-12% less wall time (docs/results/scoring.md). Blocks
     below `MMAP_THRESHOLD` now come from the heap and up to `TRIM_THRESHOLD` of free memory stays at its top, so
     the process keeps at most about its peak working memory, as with the allocators (jemalloc, tcmalloc) that
     PyTorch's CPU tuning guide recommends.
