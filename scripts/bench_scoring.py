@@ -266,8 +266,8 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
         models = {"shipped" if not args.model else Path(args.model).name: args.model or asset_path("base_model")}
         if args.small_model:
             models["small"] = str(small_model(Path(tmp) / "small_model"))
-        # each model's two sizes: the small model's `--small-scale` times as many units (its forward is ~4x faster,
-        # so the same marginal seconds stand out of the same start-up noise)
+        # each model's two sizes, times its scale (`--small-scale`, `--model-scale`): more units put more marginal
+        # seconds beside the same start-up noise (the small model's forward is ~4x faster than the shipped one's)
         scale = {name: args.small_scale if name == "small" else args.model_scale for name in models}
         sizes = {name: {k * c: Path(tmp) / str(k * c) for c in (args.n_small, args.n)} for name, k in scale.items()}
         for root in {root for by_n in sizes.values() for root in by_n.values()}:

@@ -9,7 +9,7 @@ import weakref
 import pytest
 from fakes import FakeBackend
 
-from zcp.core.heap import long_lived_heap
+from zcp.core.heap import glibc, long_lived_heap
 from zcp.core.items import Item
 from zcp.probe.detect import DetectDataset, DetectSettings, detect
 from zcp.probe.prompts import ProbeConfig
@@ -154,13 +154,7 @@ def _run(code: str, **env: str) -> list[str]:
     return out.stdout.split()
 
 
-def _glibc() -> bool:
-    import platform
-
-    return platform.libc_ver()[0] == "glibc"
-
-
-@pytest.mark.skipif(not _glibc(), reason="glibc's malloc only")
+@pytest.mark.skipif(glibc() is None, reason="glibc's malloc only")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     default, retained, applied, again = _run(_FAULTS)
     assert (applied, again) == ("True", "True")  # set once, the same answer after
@@ -170,7 +164,7 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
     assert int(retained) < int(default) / 5
 
 
-@pytest.mark.skipif(not _glibc(), reason="glibc's malloc only")
+@pytest.mark.skipif(glibc() is None, reason="glibc's malloc only")
 @pytest.mark.parametrize("env", [{"MALLOC_TRIM_THRESHOLD_": "131072"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
                                  {"LD_PRELOAD": "libjemalloc.so.2"}])
 def test_a_users_own_allocator_settings_are_left_alone(env):
@@ -193,7 +187,7 @@ def test_a_cpu_backend_keeps_freed_memory(monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.skipif(not _glibc(), reason="glibc's malloc only")
+@pytest.mark.skipif(glibc() is None, reason="glibc's malloc only")
 def test_memory_retained_is_handed_back_on_release():
     code = """
 import torch

@@ -23,6 +23,10 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _depth = 0  # nesting of long_lived_heap in this process (a DiD's or a multi-convention run's detect inside a job's)
@@ -55,8 +59,6 @@ def long_lived_heap() -> Iterator[None]:
                 _ours = False
 
 
-log = logging.getLogger(__name__)
-
 # glibc's mallopt parameters (malloc.h) and the values set
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 256 << 20  # blocks below this come from the heap, not a fresh mmap each
@@ -64,6 +66,22 @@ TRIM_THRESHOLD = 1 << 30  # free memory kept at the heap's top before it is hand
 # a user's own allocator settings or allocator, which are left alone
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
 _retained: bool | None = None  # this process's outcome (None: not asked yet)
+
+
+@cache
+def glibc() -> Any:
+    """The C library's handle (`ctypes.CDLL`) where it is glibc, with `mallopt` typed; else None."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def retain_freed_memory() -> bool:
@@ -90,19 +108,11 @@ def retain_freed_memory() -> bool:
     if any(os.environ.get(k) for k in _USER_SETTINGS) or "malloc" in preload:
         log.info("allocator left as configured (%s)", "LD_PRELOAD" if "malloc" in preload else "MALLOC_* / GLIBC_TUNABLES")
         return False
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
+    libc = glibc()
+    if libc is None:
         return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _retained = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    _retained = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(_M_TRIM_THRESHOLD,
+                                                                                          TRIM_THRESHOLD))
     log.info("glibc malloc keeps freed memory for reuse (mmap threshold %d MiB, trim threshold %d MiB): %s",
              MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20, _retained)
     return _retained
@@ -111,8 +121,5 @@ def retain_freed_memory() -> bool:
 def release_freed_memory() -> None:
     """Hand the heap's free memory back to the system now (glibc `malloc_trim`), where `retain_freed_memory` keeps
     it: after a model is dropped (a DiD's model swap), so what it held is not kept as spare working memory."""
-    if not _retained:
-        return
-    import ctypes
-
-    ctypes.CDLL(None).malloc_trim(0)
+    if _retained:
+        glibc().malloc_trim(0)
