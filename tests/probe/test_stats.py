@@ -90,6 +90,55 @@ def test_binary_null_law_sums_to_one_and_attainable_size():
     assert law.p_value == paired_test("acc", x, y).p_value
 
 
+def test_binary_tail_is_relatively_accurate_far_out():
+    # two classes of ~7,000 one-original items with m = 4 (one or three ones among five versions) convolve
+    # 7,001 x 7,001 lattice points. Reference: P(X + Y >= s), X ~ Bin(c1, 1/5), Y ~ Bin(c2, 3/5), summed in
+    # log space from scipy's logpmf and logsf. An FFT convolution's absolute error (~1e-16) floored such
+    # p-values near 1e-15; the exact law keeps its relative accuracy.
+    from scipy.special import logsumexp
+
+    c1, c2, hit1, hit2 = 7000, 7000, 1900, 4700
+    a = np.r_[np.ones(hit1), np.zeros(c1 - hit1), np.ones(hit2), np.zeros(c2 - hit2)]
+    ref = np.zeros((c1 + c2, 4))
+    ref[hit1:c1, 0] = 1.0  # class 1: the single one sits on a reference when the original is 0
+    ref[c1:c1 + hit2, :2] = 1.0  # class 2: three ones in all
+    ref[c1 + hit2:, :3] = 1.0
+    law = binary_null_law(a, ref)
+    x = np.arange(c1 + 1)
+    s = hit1 + hit2
+    logp = logsumexp(sps.binom.logpmf(x, c1, 1 / 5) + sps.binom.logsf(s - x - 1, c2, 3 / 5))
+    assert 1e-300 < law.p_value < 1e-20
+    assert law.p_value == pytest.approx(math.exp(logp), rel=1e-9)
+
+
+def test_binary_law_has_the_same_bits_on_every_blas_and_simd_path():
+    # the exact test's p-value is part of the run's summary.json, which must not depend on the CPU: OpenBLAS
+    # picks its dot kernel at run time (OPENBLAS_CORETYPE forces one) and numpy its SIMD loops
+    # (NPY_DISABLE_CPU_FEATURES turns some off); a BLAS-based convolution changed the last bits between them
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib\n"
+        "import numpy as np\n"
+        "from zcp.probe.stats import binary_null_law\n"
+        "rng = np.random.default_rng(0)\n"
+        "for n, k, m in [(100, 1, 4), (300, 3, 4), (2000, 1, 4), (3000, 5, 5)]:\n"
+        "    a = (rng.random((n, k)) < 0.6).astype(float); r = (rng.random((n, m)) < 0.5).astype(float)\n"
+        "    law = binary_null_law(a, r)\n"
+        "    print(repr(law.p_value), repr(law.attainable_size(0.05)), hashlib.sha256(law.pmf.tobytes()).hexdigest())\n"
+    )
+    outs = set()
+    for extra in ({}, {"OPENBLAS_CORETYPE": "Prescott"}, {"OPENBLAS_CORETYPE": "Sandybridge"},
+                  {"NPY_DISABLE_CPU_FEATURES": "AVX2 FMA3 AVX512F AVX512_SKX"}):
+        env = {**os.environ, **extra}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.add(run.stdout)
+    assert len(outs) == 1, outs
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_k_original_side_versions_match_enumeration(seed):
     # k = 2 paraphrases per item against m = 2 or 3 references: a uniformly chosen 2-subset is "original"

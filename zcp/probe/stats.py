@@ -156,9 +156,9 @@ class BinaryNull:
     scale: int  # lcm of k_i * m_i over the informative items
 
     def tail(self, t: int) -> float:
-        """P(T* * scale >= t)."""
+        """P(T* * scale >= t), summed with `math.fsum` (correctly rounded: the same bits on every CPU)."""
         j = max(0, -(-(t - self.offset) // self.step))
-        return float(min(1.0, max(0.0, self.pmf[j:].sum()))) if j < self.pmf.size else 0.0
+        return float(min(1.0, max(0.0, math.fsum(self.pmf[j:].tolist())))) if j < self.pmf.size else 0.0
 
     @property
     def p_value(self) -> float:
@@ -172,11 +172,27 @@ class BinaryNull:
 
 
 def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.size * b.size < 4e7:
-        return np.convolve(a, b)
-    from scipy.signal import fftconvolve
+    """The convolution of two pmfs, with the same bits on every machine.
 
-    return np.clip(fftconvolve(a, b), 0.0, None)
+    `out[t]` is the sum of `b[i] * a[t - i]` over the nonzero `b[i]` in increasing `i`, added one shifted row
+    at a time: elementwise products and sums only, each rounded by IEEE rules whatever SIMD width runs them.
+    `np.convolve` goes through the BLAS dot, whose kernel (and so its summation order and last bits) depends
+    on the CPU (OpenBLAS picks Haswell, SkylakeX, ... at run time), and an FFT's error is absolute, not
+    relative: both made an exact test's p-value differ between machines. Zeros of `b` (every other entry of
+    a strided class, the underflowed tails of a large binomial) are skipped, and each row only covers `a`'s
+    nonzero span: adding exact zeros changes no bit, so this is the full sum at a fraction of its cost.
+    """
+    if a.size < b.size:
+        a, b = b, a
+    out = np.zeros(a.size + b.size - 1)
+    live = np.flatnonzero(a)
+    if live.size == 0:
+        return out
+    lo, hi = int(live[0]), int(live[-1]) + 1
+    row = a[lo:hi]
+    for i in np.flatnonzero(b).tolist():
+        out[i + lo:i + hi] += b[i] * row
+    return out
 
 
 def _power(pmf: np.ndarray, c: int) -> np.ndarray:
