@@ -8,6 +8,7 @@ only rows of one bucket (batch invariance), so this ratio includes that cost.
     .venv/bin/python scripts/bench_scoring.py --end-to-end --small-model --runs 3 --n 5000 --n-small 500 \
         --json outputs/bench/scoring_e2e.json
     .venv/bin/python scripts/bench_scoring.py --bound [--n 5000] [--repeats 5] [--json FILE]
+    .venv/bin/python scripts/bench_scoring.py --phases [--small-model --small-scale 4] [--runs 3] [--json FILE]
 
 Targets: batched >= 3x the one-item loop, and >= 0.8x the raw forward. Default model: the shipped
 base model (zcp/assets/base_model) if present, else a tiny Llama built here.
@@ -27,6 +28,9 @@ varies by several seconds beside a ~10 s marginal at 5,000 units.
 
 --bound measures, for both models, the most that ratio can reach on this machine (`bound`): the forward at the
 default threads and at one, and the two host steps no run can skip (the chat template and tokenising the prompts).
+
+--phases times run_detect's phases in-process (a wall timer around each, `PHASES`) at the two sizes and reports each
+phase's marginal ms per unit: where the host work between the forward and the whole run goes.
 """
 
 from __future__ import annotations
@@ -392,6 +396,122 @@ def bound(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# --phases: what run_detect spends per unit, by phase. (label, module, attribute); nested phases overlap (render
+# and tokenise run inside the plan and again, as cache lookups, inside encode for scoring; the forward inside score).
+PHASES = (
+    ("read the data", "zcp.probe.run", "load_datasets"),
+    ("plan (fit to context)", "zcp.probe.detect", "plan_units"),
+    ("  render (chat template)", "zcp.backends.tokenized", "TokenizedBackend.render_all"),
+    ("  tokenise", "zcp.backends.tokenized", "TokenizedBackend._tokenize"),
+    ("probe and record", "zcp.probe.detect", "collect_records"),
+    ("  score", "zcp.backends.hf", "HFBackend.score"),
+    ("    encode for scoring", "zcp.backends.tokenized", "TokenizedBackend.encode_for_scoring"),
+    ("    forward", "zcp.backends.hf", "HFBackend._logits"),
+    ("  append records", "zcp.core.records", "RecordStore.append"),
+    ("statistics and reports", "zcp.probe.detect", "write_results"),
+    ("  statistics", "zcp.probe.detect", "analyse"),
+    ("    Monte Carlo tests", "zcp.probe.stats", "permutation_pvalue_mc"),
+)
+WHOLE = "whole run (after imports)"
+
+
+def _phases_child(detect_args: Sequence[str]) -> None:
+    """Run evaluate/run_detect.py in this process with a wall timer around each of PHASES; print one line
+    `PHASES <json>` (seconds per phase). Each attribute is replaced where it is looked up at call time (the
+    module's global, the class's method), so callers reach the timed version."""
+    import functools
+    import importlib
+    import json
+    import runpy
+    import sys
+
+    spent: dict[str, float] = {}
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    for label, module, attr in PHASES:
+        owner: Any = importlib.import_module(module)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    repo = Path(__file__).resolve().parents[1]
+    sys.argv = [str(repo / "evaluate" / "run_detect.py"), *detect_args]
+    t = time.perf_counter()
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:  # hydra's exit; a failed run must not read as figures
+        if e.code:
+            raise
+    spent[WHOLE] = time.perf_counter() - t
+    print("PHASES " + json.dumps(spent), flush=True)
+
+
+def phases(args: argparse.Namespace) -> dict[str, Any]:
+    """Marginal ms per unit of each of run_detect's phases (PHASES), on the small model (`--small-model`) or the
+    shipped one: whole runs at n and n_small units (times --small-scale / --model-scale), `--runs` of each, sizes
+    alternating, the fastest of each phase kept; (T_n - T_small) / (n - n_small) per phase, as --end-to-end takes
+    the whole run's. Host work = the whole run minus the forward; next to it what the targets allow at this
+    forward (forward / target - forward)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from zcp.config import asset_path
+
+    start = machine_state()
+    small = bool(args.small_model)
+    scale = args.small_scale if small else args.model_scale
+    n_small, n = args.n_small * scale, args.n * scale
+    report: dict[str, Any] = {"model": "small" if small else "shipped", "units": [n_small, n], "runs": args.runs,
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "start": start,
+                              "commit": git_commit(Path(__file__).resolve().parents[1])}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(small_model(Path(tmp) / "small_model")) if small else (args.model or asset_path("base_model"))
+        best: dict[int, dict[str, float]] = {}
+        for _ in range(args.runs):
+            for size in (n_small, n):
+                root = Path(tmp) / str(size)
+                if not root.exists():
+                    root.mkdir()
+                    _write_benchmark(root, size)
+                shutil.rmtree(root / "out", ignore_errors=True)
+                cmd = [sys.executable, __file__, "--phases-child", f"model.path={model}",
+                       f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}", "logger=none",
+                       f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false",
+                       *args.detect_args]
+                env = {**os.environ, "WANDB_MODE": "disabled"}
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+                got = json.loads(next(line for line in out.splitlines() if line.startswith("PHASES "))[7:])
+                best[size] = {k: min(v, best.get(size, {}).get(k, v)) for k, v in got.items()}
+    labels = [label for label, _, _ in PHASES] + [WHOLE]
+    per_unit = {k: 1e3 * (best[n].get(k, 0.0) - best[n_small].get(k, 0.0)) / (n - n_small) for k in labels}
+    forward = per_unit["    forward"]
+    host = per_unit[WHOLE] - forward
+    report.update(ms_per_unit=per_unit, forward_ms_per_unit=forward, host_ms_per_unit=host,
+                  ratio=forward / per_unit[WHOLE],
+                  host_allowed_ms_per_unit={str(t): forward / t - forward for t in sorted(set(E2E_TARGETS.values()))},
+                  end=machine_state())
+    print(f"{report['model']} model, {n} vs {n_small} units, fastest of {args.runs} runs each; marginal ms per unit:")
+    for k in labels:
+        print(f"  {k:28s} {per_unit[k]:8.4f}")
+    allowed = ", ".join(f"{v:.4f} at {t}x" for t, v in report["host_allowed_ms_per_unit"].items())
+    print(f"  host work (whole - forward) {host:.4f} ms/unit; in-process ratio {report['ratio']:.2f}x; the targets allow "
+          f"host work of {allowed} at this forward")
+    _write_report(args.json, report)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="units (default 500; --end-to-end: 5000)")
@@ -418,7 +538,20 @@ def main() -> None:
                                                            "machine (see `bound`), both models")
     ap.add_argument("--profile", default=None, help="--end-to-end: cProfile one more run_detect (the small model "
                                                     "when built) at --n units, stats to this file")
+    ap.add_argument("--phases", action="store_true", help="marginal ms per unit of each of run_detect's phases "
+                                                            "(the small model with --small-model; --runs, --n, "
+                                                            "--n-small, --small-scale / --model-scale apply)")
+    import sys
+
+    if sys.argv[1:2] == ["--phases-child"]:  # one timed run_detect of --phases (its overrides follow)
+        _phases_child(sys.argv[2:])
+        return
     args = ap.parse_args()
+    if args.phases:
+        if args.n is None:
+            args.n = 5000
+        phases(args)
+        return
     if args.n is None:
         args.n = 5000 if args.end_to_end or args.bound else 500
     if args.end_to_end:

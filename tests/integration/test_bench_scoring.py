@@ -103,3 +103,96 @@ def test_bound_derives_both_ceilings_from_its_measurements_and_restores_the_thre
         assert m["overlapped_bound"] == pytest.approx(m["raw_ms_per_unit"] / m["raw_1thread_ms_per_unit"])
         assert m["target"] == bs.E2E_TARGETS[name]
         assert m["target_excluded"] == (max(m["sequential_bound"], m["overlapped_bound"]) < m["target"])
+
+
+def test_every_phase_names_a_function_that_exists():
+    import importlib
+
+    for label, module, attr in bs.PHASES:
+        owner = importlib.import_module(module)
+        for part in attr.split("."):
+            owner = getattr(owner, part)
+        assert callable(owner), label
+    assert len({label for label, _, _ in bs.PHASES}) == len(bs.PHASES)
+
+
+def test_phases_are_marginal_per_unit_from_the_fastest_run_of_each_size(tmp_path, monkeypatch):
+    import argparse
+    import json
+    import subprocess
+    import tempfile
+    import types
+
+    labels = [label for label, _, _ in bs.PHASES] + [bs.WHOLE]
+    # child outputs in call order: small, large, small, large; each phase's seconds = base x size factor x noise
+    noise = iter([1.0, 1.0, 2.0, 1.5])
+    calls = []
+    real_run = subprocess.run
+
+    def fake_run(cmd, **kw):
+        if "--phases-child" not in cmd:  # e.g. git, for the report's commit
+            return real_run(cmd, **kw)
+        size = int(Path(next(a for a in cmd if a.startswith("data.path="))[10:]).parent.name)
+        calls.append(size)
+        f = next(noise)
+        got = {k: (0.001 * size * (2 if k == "    forward" else 1) + 1.0) * f for k in labels}
+        got[bs.WHOLE] = (0.01 * size + 3.0) * f
+        return types.SimpleNamespace(stdout="some log line\nPHASES " + json.dumps(got) + "\n")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", lambda: _Dir(tmp_path))
+    out = tmp_path / "phases.json"
+    args = argparse.Namespace(small_model=False, model="m", small_scale=1, model_scale=2, n=50, n_small=10, runs=2,
+                              detect_args=["run.chunk_size=8"], json=str(out))
+    report = bs.phases(args)
+    assert calls == [20, 100, 20, 100] and report["units"] == [20, 100]
+    assert report["ms_per_unit"]["    forward"] == pytest.approx(1e3 * 0.002)  # the fastest run of each size
+    assert report["ms_per_unit"][bs.WHOLE] == pytest.approx(1e3 * 0.01)
+    assert report["host_ms_per_unit"] == pytest.approx(8.0)
+    assert report["ratio"] == pytest.approx(0.2)
+    assert report["host_allowed_ms_per_unit"] == {"0.8": pytest.approx(0.5), "0.9": pytest.approx(2 / 0.9 - 2)}
+    assert json.loads(out.read_text())["ms_per_unit"] == pytest.approx(report["ms_per_unit"])
+    assert (tmp_path / "100" / "data.jsonl").exists() and (tmp_path / "100" / "ref.jsonl").exists()
+
+
+class _Dir:
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return str(self.path)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_phases_child_times_each_phase_of_a_real_run_detect(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    from zcp.config import asset_path
+
+    bs._write_benchmark(tmp_path, 40)
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_scoring.py"), "--phases-child",
+           f"model.path={asset_path('base_model')}", f"data.path={tmp_path / 'data.jsonl'}",
+           f"data.reference_path={tmp_path / 'ref.jsonl'}", "logger=none", f"output_dir={tmp_path / 'out'}",
+           "probe.metrics=[p_first,p_all]", "run.progress=false", "stats.bootstrap_samples=200"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "WANDB_MODE": "disabled"}).stdout
+    got = json.loads(next(line for line in out.splitlines() if line.startswith("PHASES "))[7:])
+    assert set(got) == {label for label, _, _ in bs.PHASES} | {bs.WHOLE}  # every wrapper was reached
+    assert all(v > 0 for v in got.values())
+    assert got["    forward"] < got["  score"] < got["probe and record"] < got[bs.WHOLE]
+    assert len((tmp_path / "out" / "records.jsonl").read_text().splitlines()) == 40
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["verdicts"]
+
+
+def test_a_failed_phases_child_exits_non_zero(tmp_path):
+    import os
+    import subprocess
+
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_scoring.py"), "--phases-child",
+           f"model.path={tmp_path / 'absent'}", f"data.path={tmp_path / 'absent.jsonl'}", "logger=none"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"})
+    assert r.returncode != 0 and "PHASES" not in r.stdout
