@@ -136,6 +136,14 @@ def _write_benchmark(root: Path, n_units: int) -> None:
                                     for i, (q, a) in enumerate(pairs[half : 2 * half])])
 
 
+def _detect_overrides(root: Path, model: str, extra: Sequence[str]) -> list[str]:
+    """The run_detect overrides every timed run uses: `root`'s benchmark (`_write_benchmark`), its run dir
+    root/out, p_first/p_all, no logger or progress bar; then `extra`."""
+    return [f"model.path={model}", f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}",
+            "logger=none", f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false",
+            *extra]
+
+
 def _run_detect(root: Path, model: str, *extra: str, profile: str | None = None,
                 tree: Path | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of one whole `evaluate/run_detect.py` subprocess on `root`'s benchmark (under cProfile,
@@ -149,9 +157,7 @@ def _run_detect(root: Path, model: str, *extra: str, profile: str | None = None,
     repo = tree or Path(__file__).resolve().parents[1]
     env = {**os.environ, "WANDB_MODE": "disabled", **({"PYTHONPATH": str(tree)} if tree else {})}
     prof = ["-m", "cProfile", "-o", profile] if profile else []
-    cmd = [sys.executable, *prof, str(repo / "evaluate" / "run_detect.py"), f"model.path={model}",
-           f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}", "logger=none",
-           f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false", *extra]
+    cmd = [sys.executable, *prof, str(repo / "evaluate" / "run_detect.py"), *_detect_overrides(root, model, extra)]
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -486,10 +492,7 @@ def phases(args: argparse.Namespace) -> dict[str, Any]:
                     root.mkdir()
                     _write_benchmark(root, size)
                 shutil.rmtree(root / "out", ignore_errors=True)
-                cmd = [sys.executable, __file__, "--phases-child", f"model.path={model}",
-                       f"data.path={root / 'data.jsonl'}", f"data.reference_path={root / 'ref.jsonl'}", "logger=none",
-                       f"output_dir={root / 'out'}", "probe.metrics=[p_first,p_all]", "run.progress=false",
-                       *args.detect_args]
+                cmd = [sys.executable, __file__, "--phases-child", *_detect_overrides(root, model, args.detect_args)]
                 env = {**os.environ, "WANDB_MODE": "disabled"}
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
                 got = json.loads(next(line for line in out.splitlines() if line.startswith("PHASES "))[7:])
@@ -514,7 +517,7 @@ def phases(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=None, help="units (default 500; --end-to-end: 5000)")
+    ap.add_argument("--n", type=int, default=None, help="units (default 500; --end-to-end, --bound, --phases: 5000)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--end-to-end", action="store_true", help="time whole evaluate/run_detect.py runs")
@@ -547,13 +550,11 @@ def main() -> None:
         _phases_child(sys.argv[2:])
         return
     args = ap.parse_args()
+    if args.n is None:
+        args.n = 5000 if args.end_to_end or args.bound or args.phases else 500
     if args.phases:
-        if args.n is None:
-            args.n = 5000
         phases(args)
         return
-    if args.n is None:
-        args.n = 5000 if args.end_to_end or args.bound else 500
     if args.end_to_end:
         end_to_end(args)
         return
