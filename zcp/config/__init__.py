@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from zcp import ASSETS
 from zcp.config.model import check_model_path  # noqa: F401  (re-exported)
 from zcp.config.schemas import register_schemas, validate  # noqa: F401  (re-exported for entry points)
+from zcp.core.cache import cache_path
 from zcp.core.io import stable_hash
 from zcp.errors import ConfigError
 
@@ -25,9 +26,12 @@ def asset_path(name: str) -> str:
 
 
 def register_resolvers() -> None:
-    """`${zcp.asset:base_model}` in configs points at the shipped files."""
+    """`${zcp.asset:base_model}` in configs points at the shipped files, `${zcp.cache:models/NAME}` at zcp's cache
+    (`$ZCP_CACHE`, else ~/.cache/zcp: real models converted by `make real-model`)."""
     if not OmegaConf.has_resolver("zcp.asset"):
         OmegaConf.register_new_resolver("zcp.asset", asset_path)
+    if not OmegaConf.has_resolver("zcp.cache"):
+        OmegaConf.register_new_resolver("zcp.cache", cache_path)
 
 
 register_resolvers()

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from zcp.config.checks import check_device, check_value
 from zcp.config.conform import build
+from zcp.core.cache import FETCH_COMMAND, real_model_name
 from zcp.errors import ConfigError
 
 BACKEND_NAMES = ("hf", "vllm", "openai")  # the built-in engines (zcp.backends.registry)
@@ -274,5 +275,9 @@ def check_model_path(path: Any, key: str = "model.path") -> None:
         if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
             raise ConfigError(f"{key}={path}: the folder holds no config.json (not a transformers model folder)")
         return
+    real = real_model_name(p)
+    if real is not None:  # a real model's folder in zcp's cache (zcp.backends.real_models): made once, by a command
+        raise ConfigError(f"{key}={path}: no such folder; this real model is fetched and converted once by "
+                          f"`{FETCH_COMMAND}` (or python scripts/get_real_model.py --name {real})")
     if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
         raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")
