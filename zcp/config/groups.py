@@ -208,11 +208,9 @@ class FieldsConfig:
 
 @dataclass
 class DataConfig:
-    """A benchmark file with its reference set and optional variants (conf/data/*.yaml extend this).
-
-    Keys are documented in conf/data/jsonl.yaml and zcp.benchmarks.loaders; generators use n / generator_seed
-    (word problems) and n_per_stage (ArithMark).
-    """
+    """A benchmark file with its reference set and optional variants (conf/data/*.yaml extend this). Keys are
+    documented in conf/data/jsonl.yaml and zcp.benchmarks.loaders; generators use n / generator_seed (word
+    problems) and n_per_stage (ArithMark)."""
 
     name: str = "custom"
     path: Any = None
@@ -246,6 +244,8 @@ class DataConfig:
     u_reference_path: Any = None
     dataset_name: str | None = None
     split_name: str | None = None
+    control_path: Any = None  # detection's clean control set, read as the data is (zcp.probe.control)
+    control_reference_path: Any = None  # its own reference set (set exactly when control_path is: DetectJob)
 
     def __post_init__(self) -> None:
         from zcp.benchmarks.loaders import DUPLICATE_POLICIES

@@ -63,6 +63,9 @@ class DetectJob:
             check_seeds(self.seeds, "seeds")
         if self.base_model.path is not None:  # zcp.probe.shard shards the audited model's run only
             refuse_shard(self.run.shard, "with base_model.path (the base model's DiD runs in one process)")
+        d = self.data  # the control set and its references (zcp.probe.control) come together
+        check_value(bool(d.control_path) == bool(d.control_reference_path), "data.control_reference_path",
+                    d.control_reference_path, f"set exactly when data.control_path is (here {d.control_path!r})")
 
 
 @dataclass

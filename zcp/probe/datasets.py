@@ -61,4 +61,11 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
             log.warning("%s: %d of %d selected item(s) have no reference row and are left out "
                         "(data.missing_reference=skip); n = %d", g.name, len(g.without_reference),
                         len(g.items), len(sub))
+    from zcp.probe.control import CONTROL, read_control
+
+    control = read_control(d, read.items, [ds.split for ds in out])  # data.control_path: None when not set
+    if control is not None:  # probed in the same run as split `control` (zcp.probe.control)
+        out.append(DetectDataset(CONTROL, control.items, control.references,
+                                 without_reference=control.without_reference))
+        return out, read.issues + control.issues
     return out, read.issues

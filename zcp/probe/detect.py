@@ -26,6 +26,8 @@ from zcp.core.records import RecordStore
 from zcp.core.rundir import DETECTION_META, DETECTION_RECORDS, DETECTION_SUMMARY
 from zcp.core.rundir import detection_unit as _key
 from zcp.errors import DataError, RunDirError
+from zcp.probe import normalised  # noqa: F401 - registers p_first_norm / p_all_norm before configs are validated
+from zcp.probe.control import CONTROL, compare_with_control, control_markdown
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
@@ -464,8 +466,11 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
     p_value is the test's p (Monte Carlo streams of all seeds pooled) and c_cont = C(p_value). `per_seed`
     holds the stability display: per seed, the test on that seed's stream (and, with
     reference_draws=per_seed, on its share of the draws); the ± std columns come from it.
+    With a control set (split `control`, zcp.probe.control) the result also holds `control`: every other split's
+    per-item gaps against the control's, per metric (`compare_with_control`).
     """
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    gaps: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)  # per-item gaps, for the control
     for r in records:
         groups[(r["split"], r["variant"])].append(r)
     splits = sorted({s for s, _ in groups})
@@ -483,6 +488,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
                 s_map = item_draws(recs, metric)
                 r_all = item_draws(ref, metric)
                 ids = sorted(set(s_map) & set(r_all))
+                gaps[(split, variant)][metric] = {i: float(np.mean(s_map[i]) - np.mean(r_all[i])) for i in ids}
 
                 def run(r_map: dict[str, list[float]], seed: int, ids: list[str] = ids, metric: str = metric,
                         s_map: dict[str, list[float]] = s_map, split: str = split, variant: str = variant) -> TestResult:
@@ -529,7 +535,12 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
                 row["full_cot_malformed_rate"] = row["full_cot_malformed"] / len(recs)
                 row["full_cot_acc"] = float(np.mean([bool(r.get("cot_correct")) for r in recs]))
             malformed.append(row)
-    return {"results": results, "verdicts": verdicts, "malformed": malformed}
+    out: dict[str, Any] = {"results": results, "verdicts": verdicts, "malformed": malformed}
+    control = gaps.pop((CONTROL, ORIGINAL), None)
+    if control is not None and any(s != CONTROL for s, _ in gaps):
+        out["control"] = compare_with_control({k: v for k, v in gaps.items() if k[0] != CONTROL}, control, metrics,
+                                              seeds=settings.seeds, B=settings.bootstrap_samples, alpha=settings.alpha)
+    return out
 
 
 @long_lived_heap()  # what is alive when a run starts (the model, the datasets) is left out of its full collections
@@ -654,7 +665,12 @@ def write_results(records: list[dict[str, Any]], model: str, datasets: Sequence[
     }
     write_json(out / SUMMARY, summary)
     paths = write_reports(summary, out, title)
+    if summary.get("control"):  # the audited sets against the control set (zcp.probe.control)
+        with open(paths["table"], "a", encoding="utf-8") as f:
+            f.write(control_markdown(summary["control"]))
     if tracker is not None:
+        if summary.get("control"):
+            tracker.table("control", summary["control"]["results"])
         tracker.table("results", results_rows(summary))
         tracker.table("verdicts", [{k: v[k] for k in ("split", "variant", "p_value", "c_cont", "contaminated")}
                                    for v in summary["verdicts"]])
