@@ -676,11 +676,12 @@ def grpo_colocate(workdir: Path, model: str = "mid", steps: int = 3) -> Result:
 
 # ---------------------------------------------------------------------------------------------- demo
 def parse_demo_output(text: str) -> Result:
-    """Table 6 / Table 7 lines and the verdict rows out of run_demo.py's printed output."""
+    """Table 6 / Table 7 lines and each Table 7 row's last cell (`model / split` -> text) out of run_demo.py's printed
+    output. The verdicts themselves are read from the run's summary (`summary_verdicts`)."""
     tables: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
-        if line.startswith("Table 6 analogue"):
+        if line.startswith(("Table 6 analogue", "Full-CoT greedy accuracy")):  # evaluation.table6_markdown's heading
             current = "table6"
         elif line.startswith("Table 7 analogue"):
             current = "table7"
@@ -690,11 +691,22 @@ def parse_demo_output(text: str) -> Result:
             current = None
     t7 = tables.get("table7", [])
     rows = [r for r in t7 if not set(r) <= set("|-: ") and not r.startswith("| Model")]
-    verdicts = {" / ".join(c.strip() for c in r.strip("|").split("|")[:2]): r.strip("|").split("|")[-1].strip()
-                for r in rows}
+    last_column = {" / ".join(c.strip() for c in r.strip("|").split("|")[:2]): r.strip("|").split("|")[-1].strip()
+                   for r in rows}
     summary = next((line.split("summary:", 1)[1].strip() for line in text.splitlines() if line.startswith("summary:")),
                    None)
-    return {"table6_lines": tables.get("table6", []), "table7_lines": t7, "verdicts": verdicts, "summary": summary}
+    return {"table6_lines": tables.get("table6", []), "table7_lines": t7, "last_column": last_column,
+            "summary": summary}
+
+
+def summary_verdicts(path: Path) -> dict[str, bool]:
+    """`model / split` -> contaminated (the combined verdict on the originals) from a simulation_summary.json; {} when
+    the file is missing. Table 7 prints C_cont, not the verdict, so the verdict is read from the summary."""
+    if not Path(path).is_file():
+        return {}
+    sim = json.loads(Path(path).read_text())
+    return {f"{model} / {v['split']}": bool(v["contaminated"]) for model, vs in sim.get("verdicts", {}).items()
+            for v in vs if v.get("variant", "original") == "original"}
 
 
 def demo_gpu(workdir: Path, timeout: float = 240.0, extra: Sequence[str] = ()) -> Result:
@@ -710,10 +722,10 @@ def demo_gpu(workdir: Path, timeout: float = 240.0, extra: Sequence[str] = ()) -
     parsed = parse_demo_output(Path(r["log"]).read_text(errors="replace"))
     status = "ok" if r["rc"] == 0 else ("timeout" if r["timed_out"] else "error")
     fig: dict[str, Any] = {"command": " ".join(cmd), "wall_s": r["seconds"], **parsed}
-    v = parsed["verdicts"]
-    if v:  # the README's expected result: C flagged and U not for the fine-tuned model
-        fig["expected_verdicts"] = (v.get("FT / C", "").startswith("contaminated")
-                                    and v.get("FT / U", "").startswith("no evidence"))
+    verdicts = summary_verdicts(out / "detect" / "simulation_summary.json")
+    if verdicts:  # the README's expected result: C flagged and U not for the fine-tuned model
+        fig["verdicts"] = verdicts
+        fig["expected_verdicts"] = verdicts.get("FT / C") is True and verdicts.get("FT / U") is False
     if status != "ok":
         fig["tail"] = r["tail"]
     return {"status": status, "figures": fig}

@@ -221,7 +221,7 @@ def test_grpo_settings_are_gpu_7b_cut_to_a_few_steps_and_valid_trl_fields(tmp_pa
 
 
 DEMO_OUTPUT = """\
-Table 6 analogue — full-CoT greedy accuracy (%):
+Full-CoT greedy accuracy (%) before and after contamination.
 
 | Split | N | Before | After SFT | After SFT+GRPO |
 |---|---|---|---|---|
@@ -242,5 +242,16 @@ summary: outputs/x/simulation_summary.json
 def test_parse_demo_output_reads_table_lines_and_verdicts():
     parsed = gc.parse_demo_output(DEMO_OUTPUT)
     assert len(parsed["table6_lines"]) == 3 and len(parsed["table7_lines"]) == 4
-    assert parsed["verdicts"] == {"FT / C": "contaminated (p < 1e-10)", "FT / U": "no evidence (1.000)"}
+    assert parsed["last_column"] == {"FT / C": "contaminated (p < 1e-10)", "FT / U": "no evidence (1.000)"}
     assert parsed["summary"] == "outputs/x/simulation_summary.json"
+
+
+def test_summary_verdicts_reads_the_combined_verdict_on_originals(tmp_path):
+    path = tmp_path / "simulation_summary.json"
+    assert gc.summary_verdicts(path) == {}
+    path.write_text(json.dumps({"verdicts": {
+        "FT": [{"split": "C", "variant": "original", "contaminated": True},
+               {"split": "C", "variant": "paraphrase", "contaminated": False},
+               {"split": "U", "variant": "original", "contaminated": False}],
+        "base": [{"split": "C", "variant": "original", "contaminated": False}]}}))
+    assert gc.summary_verdicts(path) == {"FT / C": True, "FT / U": False, "base / C": False}
