@@ -342,3 +342,55 @@ def test_direct_tokenizer_calls_equal_the_transformers_wrapper(make):
         assert be._tokenize(texts, [flag] * len(texts)) == [list(x) for x in tok(texts, add_special_tokens=flag)["input_ids"]]
     ids = be._tokenize(texts, [True] * len(texts))
     assert be._decode(ids) == tok.batch_decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _counted_steps(backend: HFBackend) -> list[int]:
+    """The model's forward calls made by `generate` (one per generated step of a batch), counted per call."""
+    calls: list[int] = []
+    forward = backend.model.forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+
+    backend.model.forward = counted
+    return calls
+
+
+def test_stop_strings_end_rows_early_with_the_same_text(tiny_model, tiny_tok):
+    prompts = [Prompt(user=f"Ann has {i} pens and gets {i * 7 % 90} more." + " How many?" * (i % 3)) for i in range(6)]
+    free = HFBackend(tiny_model, tiny_tok, gen_batch_size=6).generate(
+        [GenerationRequest(p, max_new_tokens=40) for p in prompts])
+    # stop strings that occur early in some rows' free text and never in others'
+    stops = (*sorted({t[3:6] for t in free if len(t) > 8})[:2], "never-generated")
+    assert stops[:-1], free
+    backend = HFBackend(tiny_model, tiny_tok, gen_batch_size=6)
+    steps = _counted_steps(backend)
+    stopped = backend.generate([GenerationRequest(p, max_new_tokens=40, stop=stops) for p in prompts])
+    from zcp.backends.hf import _postprocess
+
+    assert stopped == [_postprocess(t, box=False, stop=stops) for t in free]  # the text before the first stop
+    assert sum(any(s in t for s in stops) for t in free) >= 1
+    if all(any(s in t for s in stops) for t in free):  # every row stopped: the batch ended before the budget
+        assert len(steps) < 40
+    # one row per batch: a row that stops early costs fewer steps than the budget
+    single = HFBackend(tiny_model, tiny_tok, gen_batch_size=1)
+    steps1 = _counted_steps(single)
+    out1 = single.generate([GenerationRequest(p, max_new_tokens=40, stop=stops) for p in prompts])
+    assert out1 == stopped
+    assert len(steps1) < 40 * len(prompts)
+
+
+def test_stop_window_is_confirmed_on_the_whole_text(tiny_model, tiny_tok):
+    """A stop string longer than any single token's text is still found (the window covers it), and a row whose
+    text never holds it runs to the budget."""
+    prompts = [Prompt(user=f"Ann has {i} pens") for i in range(3)]
+    free = HFBackend(tiny_model, tiny_tok).generate([GenerationRequest(p, max_new_tokens=30) for p in prompts])
+    long_stop = free[0][2:14]
+    assert len(long_stop) == 12
+    got = HFBackend(tiny_model, tiny_tok).generate(
+        [GenerationRequest(p, max_new_tokens=30, stop=(long_stop,)) for p in prompts])
+    from zcp.backends.hf import _postprocess
+
+    assert got == [_postprocess(t, box=False, stop=(long_stop,)) for t in free]
+    assert len(got[0]) <= 2 < len(free[0])  # cut before the stop, which starts at character 2 or earlier

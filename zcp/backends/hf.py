@@ -294,39 +294,68 @@ __all__ = ["HFBackend", "ScoringEncoding", "padded_length"]
 
 
 def _stopping(backend: HFBackend, prompt_len: int, box: bool, stop: tuple[str, ...]) -> Any:
+    """A StoppingCriteriaList ending each row of a batch where `finish_generation` would cut it: at the brace that
+    closes the pre-filled box, or once a stop string is in the row's text. transformers stops a row when it is done
+    (its later tokens are padding, cut by `finish_generation`) and the batch when every row is, so a row that found
+    its end stops costing steps of its own and a batch ends with its last unfinished row.
+
+    The check is incremental: a row's brace depth is updated from its newest token alone, and a stop string, which
+    must end in the newest token's text when it first appears, is looked for in the decoding of the row's last few
+    tokens (at least the longest stop string's length in characters, plus one for a character cut at the window's
+    start); a hit there is confirmed on the whole generated text (the rule `postprocess` applies), so a row is
+    never stopped before its text holds a stop string and the returned text is the same as without the criterion.
+    Rows already done are not looked at again."""
     from transformers import StoppingCriteria, StoppingCriteriaList
+
+    longest = max((len(s) for s in stop if s), default=0)
+    stops = tuple(s for s in stop if s)
+
+    def decode(ids: list[int]) -> str:
+        return backend.tokenizer.decode(ids, skip_special_tokens=True)
 
     class _BoxOrStop(StoppingCriteria):
         """Per-row stop: the pre-filled box closed (brace depth back to 0) or a stop string seen."""
 
         def __init__(self) -> None:
-            self.depth: list[int] | None = None
-            self.seen = 0
+            self.depth: list[int] = []
+            self.done: list[bool] = []
+
+        def _has_stop(self, new: torch.Tensor, r: int) -> bool:
+            n = new.shape[1]
+            k = min(n, longest + 2)
+            while True:
+                tail = decode(new[r, n - k:].tolist())
+                if k >= n or len(tail) > longest:
+                    break
+                k = min(n, 2 * k)  # tokens that decode to nothing (special) or to part of a character
+            if not any(s in tail for s in stops):
+                return False
+            return k >= n or any(s in decode(new[r].tolist()) for s in stops)
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> torch.BoolTensor:
             n = input_ids.shape[0]
-            if self.depth is None:
-                self.depth = [1] * n
-            done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
+            if not self.done:
+                self.depth, self.done = [1] * n, [False] * n
             new = input_ids[:, prompt_len:]
-            last = new[:, -1].tolist() if new.shape[1] else []
-            for r in range(n):
-                if box and last:
-                    for ch in backend._text_of(int(last[r])):
-                        if self.depth[r] <= 0:
-                            break
-                        if ch == "{":
-                            self.depth[r] += 1
-                        elif ch == "}":
-                            self.depth[r] -= 1
-                    if self.depth[r] <= 0:
-                        done[r] = True
+            if new.shape[1]:
+                last = new[:, -1].tolist()
+                for r in range(n):
+                    if self.done[r]:
                         continue
-                if stop:
-                    text = backend.tokenizer.decode(new[r].tolist(), skip_special_tokens=True)
-                    if any(s in text for s in stop):
-                        done[r] = True
-            return done
+                    if box:
+                        for ch in backend._text_of(int(last[r])):
+                            if self.depth[r] <= 0:
+                                break
+                            if ch == "{":
+                                self.depth[r] += 1
+                            elif ch == "}":
+                                self.depth[r] -= 1
+                        if self.depth[r] <= 0:
+                            self.done[r] = True
+                            continue
+                    if stops and self._has_stop(new, r):
+                        self.done[r] = True
+            return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]
 
     return StoppingCriteriaList([_BoxOrStop()])
 
