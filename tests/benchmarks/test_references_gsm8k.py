@@ -72,9 +72,9 @@ def _check_reference(orig: Item, ref: Item) -> None:
     assert ref.metadata["original_id"] == orig.id and ref.id.startswith(f"{orig.id}::ref")
     changed = {Fraction(k): Fraction(v) for k, v in ref.metadata["values"].items()}
     assert changed and all(k != v for k, v in changed.items())
-    expected = sorted(changed.get(v, v) for v in _values(orig.question))
-    assert sorted(_values(ref.question)) == expected  # exactly the new numbers, nothing else changed
-    assert not set(changed) & set(_values(ref.question))
+    # exactly the new numbers, in place, nothing else changed (a new value may be the old value of another
+    # number that moved too: 3 -> 5 while 5 -> 8)
+    assert _values(ref.question) == [changed.get(v, v) for v in _values(orig.question)]
 
 
 # ------------------------------------------------------------------------------------------ real file
@@ -137,7 +137,7 @@ def test_item_convention_matches_the_loader(shared_data):
     items = loaders.load_items(path, format="gsm8k", limit=40)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[:40]]
     for i, (it, row) in enumerate(zip(items, rows, strict=True)):
-        mine = gsm8k_item(row, i)
+        mine = gsm8k_item(row, i, str(path))  # ids from the file's split: gsm8k_test-00000
         assert (mine.id, mine.question, mine.answer, mine.solution) == (it.id, it.question, it.answer, it.solution)
 
 
@@ -212,8 +212,9 @@ def test_bad_rows_are_reported_with_file_row_and_reason(tmp_path):
             {"question": "Ann has 3 apples and 4 pears. How many fruits?", "answer": "3+4=<<3+4=9>>9\n#### 9"}]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     refs, rejections = perturb_gsm8k_file(path, m=1, seed=0)
-    assert [r.metadata["original_id"] for r in refs] == ["gsm8k-00000"]
-    assert [(r["file"], r["row"]) for r in rejections] == [(str(path), 2), (str(path), 3)]
+    assert [r.metadata["original_id"] for r in refs] == ["gsm8k_bad-00000"]
+    assert [(r["file"], r["row"], r["id"]) for r in rejections] == [(str(path), 2, "gsm8k_bad-00001"),
+                                                                   (str(path), 3, "gsm8k_bad-00002")]
     assert "####" in rejections[0]["reason"] and "field 'answer'" in rejections[0]["reason"]
     assert "evaluates to 7" in rejections[1]["reason"]
     path.write_text(json.dumps(JANET) + "\n{not json\n", encoding="utf-8")
@@ -439,7 +440,7 @@ def test_answer_class_helpers():
     assert answer_band(Fraction(150)) == (110, 190) and answer_band(Fraction(1500)) == (1100, 1900)
     assert answer_band(Fraction(5, 2)) == (2, 3) and answer_band(Fraction(7)) is None
     assert [flexible_class(Fraction(x)) for x in (7, 1, 40, 10, 45, 400, 450, 5000)] == \
-        ["one-digit", "one-digit", "one significant digit", "one significant digit", None,
+        ["one-digit", "one-digit", "one significant digit", "one significant digit", "two digits ending in 5",
          "one significant digit", None, "one significant digit"]
     assert keeps_answer_class(Fraction(48), Fraction(43)) and not keeps_answer_class(Fraction(48), Fraction(53))
     assert not keeps_answer_class(Fraction(43), Fraction(40))  # a plain answer stays off the multiples of 10

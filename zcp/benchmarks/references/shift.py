@@ -55,6 +55,15 @@ def leading_digit(text: Any) -> str | None:
     return None
 
 
+def _last_digit(text: Any) -> str | None:
+    """The last digit of an answer as written, trailing decimal zeros dropped ("35" -> "5", "2.50" -> "5")."""
+    s = str(text).strip().rstrip("%").replace(",", "")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    digits = [ch for ch in s if ch.isdigit()]
+    return digits[-1] if digits else None
+
+
 def question_numbers(question: str) -> list[Fraction]:
     """The numbers written in a question (digits; thousands commas allowed), in order."""
     out = []
@@ -83,8 +92,12 @@ def _features(item: Item) -> dict[str, float] | None:
         "answer_not_whole": float(not whole),
         "answer_digits": float(len(str(int(abs(a))))),
         "answer_log10_abs": math.log10(1.0 + float(abs(a))),
+        "answer_ends_in_5": float(_last_digit(item.answer) == "5"),
         "answer_equals_a_question_number": float(any(x == a for x in nums)),
         "answer_leads_like_a_question_number": float(lead is not None and lead in leads),
+        "answer_equals_the_last_question_number": float(bool(nums) and nums[-1] == a),
+        "answer_leads_like_the_last_question_number": float(bool(nums) and lead is not None
+                                                            and lead == leading_digit(str(abs(nums[-1])))),
         "question_has_equal_numbers": float(len(nums) != len(set(nums))),
         "question_round_number_share": (sum(1 for x in nums if x.denominator == 1 and x != 0 and x % 10 == 0)
                                         / len(nums)) if nums else 0.0,

@@ -53,10 +53,11 @@ def is_special(value: Fraction | int) -> bool:
 
 
 def flexible_class(answer: Fraction | int) -> str | None:
-    """The class of an answer whose leading digit cannot be kept with its roundness: "one-digit" (|answer|
-    0-9: the digit is the answer, which must change) or "one significant digit" (10, 20, ..., 90, 300,
-    5000: the only number as round, with that leading digit and as many digits, is the answer itself);
-    None for every other answer."""
+    """The class of an answer whose leading digit cannot be kept with its roundness and last digit:
+    "one-digit" (|answer| 0-9: the digit is the answer, which must change), "one significant digit" (10, 20,
+    ..., 90, 300, 5000: the only number as round, with that leading digit and as many digits, is the answer
+    itself) or "two digits ending in 5" (15, 25, ..., 95: the only two-digit number ending in 5 with that
+    leading digit); None for every other answer."""
     a = abs(Fraction(answer))
     if a.denominator != 1:
         return None
@@ -64,7 +65,23 @@ def flexible_class(answer: Fraction | int) -> str | None:
         return "one-digit"
     if significant_lead(a) * tens(int(a)) == a:
         return "one significant digit"
+    if a < 100 and a % 10 == 5:
+        return "two digits ending in 5"
     return None
+
+
+def last_digit_class(value: Fraction | int) -> str:
+    """The answer's last written digit as a clean model's number prior sees it: "0" (a whole multiple of 10),
+    "5" (the last digit, or the last decimal of a fraction, is 5: 35, 2.5, 0.75) or "other" (0 -> "0")."""
+    v = abs(Fraction(value))
+    if v.denominator == 1:
+        last = int(v) % 10
+    else:
+        places = 0
+        while (v * 10**places).denominator != 1 and places < 12:
+            places += 1
+        last = int(v * 10**places) % 10 if (v * 10**places).denominator == 1 else -1
+    return "0" if last == 0 and v.denominator == 1 else "5" if last == 5 else "other"
 
 
 def _tens(value: Fraction) -> int:
@@ -100,7 +117,11 @@ def keeps_answer_class(old: Fraction, new: Fraction) -> bool:
 def keeps_answer_form(old: Fraction, new: Fraction) -> bool:
     """`keeps_answer_class` but for the leading digit: whole stays whole, as round as before (the same
     largest power of ten dividing it: 250 -> 270, 1500 -> 1200, 300 -> 700, 48 -> 43, never 1510, 250 or
-    40), and no special value (0, 1, 10, 100, 1000)."""
+    40), the same last-digit class (`last_digit_class`: 35 -> 45 or 25, never 36; a one-digit answer, whose
+    last digit is its leading digit, goes by `lead_transport` instead), and no special value (0, 1, 10, 100,
+    1000)."""
+    if (abs(old) > 9 or old.denominator != 1) and last_digit_class(old) != last_digit_class(new):
+        return False
     return _tens(old) == _tens(new) and (old.denominator == 1) == (new.denominator == 1) and not is_special(new)
 
 
@@ -109,6 +130,8 @@ def _class_description(answer: Fraction) -> str:
     g = _tens(answer)
     form = ("a fraction" if answer.denominator != 1 else "off the multiples of 10" if g == 1
             else f"a multiple of {g} but not of {10 * g}")
+    if last_digit_class(answer) == "5" and abs(answer) > 9:
+        form += ", ending in 5"
     lead = (f"a leading digit in 2-9 other than {significant_lead(answer)}" if flexible_class(answer)
             else f"leading digit {significant_lead(answer)}")
     return f"{lead}, {digits}, {form}, not 0, 1, 10, 100 or 1000"
@@ -119,15 +142,23 @@ def _digit_values(an: _Analysis, changed: dict[Fraction, Fraction]) -> list[Frac
     return [changed.get(q.value, q.value) for q in an.quantities if q.kind == "digit"]
 
 
-def _structure(answer: Fraction, values: Sequence[Fraction]) -> tuple[bool, bool, tuple[bool, ...]]:
-    """(answer equals a question number, answer starts like a question number, which numbers are round)."""
+Structure = tuple[bool, bool, tuple[bool, ...], bool, bool]
+
+
+def _structure(answer: Fraction, values: Sequence[Fraction]) -> Structure:
+    """(answer equals a question number, answer starts like a question number, which numbers are round,
+    answer equals the question's last number, answer starts like it). The last number is where a model
+    that copies a number from the question copies from ("... the flock is 20 chickens" -> 20)."""
     leads = {significant_lead(x) for x in values if x != 0}
-    return (answer in values, answer != 0 and significant_lead(answer) in leads, tuple(is_round(x) for x in values))
+    last = values[-1] if values else None
+    lead = significant_lead(answer) if answer != 0 else -1
+    return (answer in values, answer != 0 and lead in leads, tuple(is_round(x) for x in values),
+            last is not None and answer == last, last is not None and last != 0 and lead == significant_lead(last))
 
 
-def _mismatch(base: tuple[bool, bool, tuple[bool, ...]], other: tuple[bool, bool, tuple[bool, ...]]
-              ) -> tuple[int, int, int]:
-    """(answer-equals-a-question-number differs, answer-leads-like-one differs, question numbers whose
-    roundness changed): PERFECT is a draw that keeps all three; tuples compare in order of importance."""
-    return (int(base[0] != other[0]), int(base[1] != other[1]),
+def _mismatch(base: Structure, other: Structure) -> tuple[int, int, int]:
+    """(answer equal to a question number or to the last one differs, answer leading like one or like the
+    last one differs, question numbers whose roundness changed): PERFECT is a draw that keeps all of them;
+    tuples compare in order of importance."""
+    return (int(base[0] != other[0] or base[3] != other[3]), int(base[1] != other[1] or base[4] != other[4]),
             sum(a != b for a, b in zip(base[2], other[2], strict=True)))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from zcp.benchmarks.references.gsm8k.program import MAX_SPREAD, _Analysis, _relation_value
+from zcp.benchmarks.references.gsm8k.program import MAX_SPREAD, _Analysis, _relation_holds
 from zcp.benchmarks.references.gsm8k.quantities import _decimal_places
 from zcp.benchmarks.references.matching import ANSWER_SPREAD, SPREAD, answer_digits
 
@@ -69,8 +69,9 @@ def _try(an: _Analysis, new: dict[int, Fraction]) -> tuple[_Draw | None, str]:
         return new.get(t, an.variables[t].value) if isinstance(t, int) else t
 
     for target, kind, terms in an.relations:
-        if _relation_value(kind, [value(t) for t in terms]) != value(target):
-            return None, "a relation between the question's numbers would break"
+        if not _relation_holds(kind, value(target), [value(t) for t in terms]):
+            return None, ("a number tied to another outside the chain would break the tie" if kind == "below"
+                          or len(terms) == 1 else "a relation between the question's numbers would break")
     answer = results[chain.final_step]
     if answer == chain.answer:
         return None, "the final answer did not change"

@@ -14,7 +14,7 @@ from typing import Any
 
 from zcp.benchmarks.references.gsm8k.answer_class import (
     LEAD_TARGETS,
-    PERFECT,
+    Structure,
     _class_description,
     _digit_values,
     _mismatch,
@@ -67,10 +67,11 @@ class _Cand:
 
     @property
     def clean(self) -> bool:
-        """Keeps the question's round numbers: as many of its numbers are multiples of 10 as in the original
-        (what `structure="require"` insists on; the answer equal to or starting like a question number is
-        only preferred, `_pick`)."""
-        return self.round_delta == 0
+        """Keeps the question's structure (what `structure="require"` insists on): as many of its numbers are
+        multiples of 10 as in the original, and the answer equals / starts like a question number, and the
+        question's last number, exactly when the original's does (`_mismatch`'s first two parts: a clean
+        model copies numbers of the question, so a coincidence a draw makes or breaks moves its p_first)."""
+        return self.round_delta == 0 and self.mismatch[0] == 0 and self.mismatch[1] == 0
 
 
 @dataclass
@@ -93,7 +94,7 @@ class DrawPool:
     attempts: int = 0
     failures: Counter = field(default_factory=Counter)
     base_findings: tuple[Counter, int] | None = None
-    base: tuple[bool, bool, tuple[bool, ...]] | None = None  # the original's `_structure`
+    base: Structure | None = None  # the original's `_structure`
 
     def validate_alt(self) -> None:
         """Check the rewritten items of the other-leading-digit draws now (they are checked lazily), so that
@@ -139,7 +140,7 @@ class DrawPool:
         return {k: n for k, n in counts.items() if n}
 
 
-def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 1000) -> DrawPool:
+def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 4000) -> DrawPool:
     """Sample and validate the draws of one item (see `perturb_gsm8k`); deterministic in (item id, seed).
 
     The loop ends when every target has its draws with the question's whole structure kept (`_mismatch`
@@ -190,7 +191,10 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Dr
             fails[why] += 1
             continue
         vals = list(new.values())
-        if len(set(vals)) != len(vals) or any(v in question_values for v in vals):
+        # no new equality: the new values differ from each other and from every question number that stays
+        # (a new value may take the old value of a number that moves too: 3 -> 5 while 5 -> 8)
+        moved = {an.variables[vi].value for vi in new}
+        if len(set(vals)) != len(vals) or any(v in question_values and v not in moved for v in vals):
             fails["new values collide with each other or with a number of the question"] += 1
             continue
         key = tuple(sorted(new.items()))
@@ -222,7 +226,7 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Dr
         k = significant_lead(new_answer) if flexible else answer_bin(answer, new_answer)
         have = pool.matched.setdefault(k, [])
         # a bin no draw targets keeps up to m draws too: the fallback of a target bin nothing reaches
-        if not (len(have) < (need.get(k, 0) or m) or (cand.mismatch == PERFECT and perfect[k] < m)):
+        if not (len(have) < (need.get(k, 0) or m) or (cand.clean and perfect[k] < m)):
             continue
         try:
             cand.item = _make_reference(item, an, draw, 0, pool.base_findings)
@@ -230,7 +234,7 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 1000) -> Dr
             fails[str(e)] += 1
             continue
         have.append(cand)
-        perfect[k] += cand.mismatch == PERFECT
+        perfect[k] += cand.clean
     return pool
 
 

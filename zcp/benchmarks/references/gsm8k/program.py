@@ -266,7 +266,7 @@ def _analysis_of(item_id: str, question: str, solution: str | None, answer: str)
     # coincidences among the question's numbers become constraints too (solved like the readings), or,
     # when they cannot be solved for, checks every draw must pass
     used_now = {c[1] for per_lit in candidates for cands in per_lit for c in cands if c[0] == "q"}
-    to_solve, checks = _relations(quantities, variables, used_now)
+    to_solve, checks = _relations(quantities, variables, used_now, question)
     for target, kind, terms in to_solve:
         expr = symbols[target] - _relation_value(kind, [symbols[t] for t in terms])
         trial = _solve([*constraints, expr], symbols, original, frozen)
@@ -299,7 +299,7 @@ def _analysis_of(item_id: str, question: str, solution: str | None, answer: str)
                      frozen_values, checks, used=used, answer_vars=answer_vars)
 
 
-def _relations(quantities: list[Quantity], variables: list[Variable], used: set[int]
+def _relations(quantities: list[Quantity], variables: list[Variable], used: set[int], question: str = ""
                ) -> tuple[list[tuple[Any, str, tuple[Any, ...]]], list[tuple[Any, str, tuple[Any, ...]]]]:
     """Arithmetic coincidences among the question's numbers that a draw must keep: (to solve, to check).
 
@@ -340,13 +340,75 @@ def _relations(quantities: list[Quantity], variables: list[Variable], used: set[
                         check.append((target, kind, terms))
                     elif kind == "sum+0" and all(isinstance(x, int) for x in (target, *terms)):
                         solve.append((target, kind, terms))
+    for small, large, held in _ties(question, quantities):
+        a, b = var_of.get(small.value, small.value), var_of.get(large.value, large.value)
+        if not any(isinstance(x, int) and x in used for x in (a, b)) or a == b:
+            continue
+        key = (b, "tie", (str(a),))
+        if key in seen:
+            continue
+        seen.add(key)
+        check.append((a, "below", (b,)))
+        if held:  # "the first four of 5 houses ... the fifth house": the count left over stays 1
+            if isinstance(a, int) and isinstance(b, int) and b not in used:
+                solve.append((b, "sum+1", (a,)))
+            else:
+                check.append((b, "sum+1", (a,)))
     return solve, check
 
 
+_OF_RE = re.compile(r"\s+(?:[a-z]+\s+){0,2}?(?:of|out of|among)\s+(?:(?:the|her|his|their|its|these|those|all|my|"
+                    r"our|your|a total of|the total of)\s+)?\Z", re.IGNORECASE)
+_PART_RE = re.compile(r"\b(?:first|last|other|remaining|next|final|rest of the)\s+\Z", re.IGNORECASE)
+_ORDINALS = {2: "second", 3: "third", 4: "fourth", 5: "fifth", 6: "sixth", 7: "seventh", 8: "eighth", 9: "ninth",
+             10: "tenth", 11: "eleventh", 12: "twelfth"}
+
+
+def _ties(question: str, quantities: Sequence[Quantity]) -> list[tuple[Quantity, Quantity, bool]]:
+    """Numbers of the question tied to each other outside the solution's chain: (part, whole, held).
+
+    "4 of 5 houses", "3 out of her 10 friends", "the first four houses" of "5 houses" (the same noun after
+    both, the part after first/last/other/remaining): the part must stay below the whole, and where the
+    question names what is left over as one ("... the fifth house", or the whole is the part + 1), the
+    difference stays 1 (`held`). A draw that breaks a tie makes a self-contradictory problem ("the first
+    seven of 5 houses"), so the builder solves for the whole where the chain leaves it free and otherwise
+    checks every draw (`_relations`)."""
+    out: list[tuple[Quantity, Quantity, bool]] = []
+    plain = [q for q in quantities if q.frozen is None and q.value.denominator == 1 and q.value > 1 and not q.percent]
+    low = question.lower()
+
+    def noun(q: Quantity) -> str | None:
+        m = re.match(r"\s+([a-z]+)", low[q.end:])
+        return m.group(1).rstrip("s") if m else None
+
+    for qa in plain:
+        for qb in plain:
+            if qa is qb or not qa.value < qb.value:
+                continue
+            between = question[qa.end:qb.start] if qa.end <= qb.start else None
+            of_tie = between is not None and _OF_RE.search(between) is not None and len(between) < 40
+            part_tie = (_PART_RE.search(question[:qa.start]) is not None and noun(qa) is not None
+                        and noun(qa) == noun(qb))
+            if not (of_tie or part_tie):
+                continue
+            nxt = _ORDINALS.get(int(qa.value) + 1)
+            held = qb.value == qa.value + 1 and (part_tie or (nxt is not None and re.search(rf"\b{nxt}\b", low) is not None))
+            out.append((qa, qb, held))
+    return out
+
+
 def _relation_value(kind: str, vals: Sequence[Any]) -> Any:
+    """The value a relation gives its target from its terms' values (not for "below": see `_relation_holds`)."""
     if kind == "prod":
         return vals[0] * vals[1]
     return sum(vals[1:], vals[0]) + int(kind[-1])
+
+
+def _relation_holds(kind: str, target: Any, vals: Sequence[Any]) -> bool:
+    """Whether a relation holds: "below" (a tie's part stays below its whole) or target == `_relation_value`."""
+    if kind == "below":
+        return bool(target < vals[0])
+    return bool(_relation_value(kind, vals) == target)
 
 
 def _solve(constraints: list[Any], symbols: list[Any], original: dict[Any, Any],
