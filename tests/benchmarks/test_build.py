@@ -63,7 +63,7 @@ def test_gsm8k_build_writes_consistent_files_and_report(shared_data, tmp_path, r
     assert json.loads((tmp_path / "build_report.json").read_text()) == json.loads(json.dumps(report, default=str))
     items = list(read_jsonl(tmp_path / "items.jsonl"))
     ids = [r["id"] for r in items]
-    assert ids == [f"gsm8k-{i:05d}" for i in range(16)]
+    assert ids == [f"gsm8k_test-{i:05d}" for i in range(16)]  # the split in the id (the file stem)
     manifest = Manifest.load(tmp_path / "manifest.json")
     assert sorted(manifest.c_ids + manifest.u_ids) == sorted(ids) and len(manifest.c_ids) == 8
     assert manifest.source_sha256 == sha256_file(src) == report["data"]["sha256"]

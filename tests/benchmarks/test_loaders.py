@@ -43,14 +43,32 @@ def _one_line(e: BaseException) -> str:
 def test_gsm8k_shared_file(shared_data):
     items = load_items(shared_data / "gsm8k" / "test.jsonl", "gsm8k")
     assert len(items) == 1319
-    assert items[0].id == "gsm8k-00000" and items[0].answer == "18"
+    assert items[0].id == "gsm8k_test-00000" and items[0].answer == "18"
     assert "<<" in items[0].solution and "####" not in items[0].solution
     assert all("," not in it.answer for it in items)
 
 
 def test_gsm8k_fixture_slice():
     items = load_items(FIXTURES / "gsm8k" / "test_head12.jsonl", "gsm8k")
-    assert len(items) == 12 and items[0].id == "gsm8k-00000" and items[0].answer == "18"
+    assert len(items) == 12 and items[0].id == "gsm8k_test_head12-00000" and items[0].answer == "18"
+
+
+def test_gsm8k_ids_name_the_split(tmp_path):
+    """Generated GSM8K ids carry the file's split (its stem), so test and train never share an id; ids written in
+    the file are kept; the reference builder's reader gives the same ids as the loader."""
+    from zcp.benchmarks.references.gsm8k import gsm8k_item
+
+    rows = [{"question": f"Tom has {n} apples. How many?", "answer": f"He has {n}.\n#### {n}"} for n in (3, 4)]
+    for split in ("test", "train"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    test, train = (load_items(tmp_path / f"{s}.jsonl", "gsm8k") for s in ("test", "train"))
+    assert [it.id for it in test] == ["gsm8k_test-00000", "gsm8k_test-00001"]
+    assert [it.id for it in train] == ["gsm8k_train-00000", "gsm8k_train-00001"]
+    assert [gsm8k_item(r, i, str(tmp_path / "train.jsonl")).id for i, r in enumerate(rows)] == [it.id for it in train]
+    (tmp_path / "gsm8k_dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_items(tmp_path / "gsm8k_dev.jsonl", "gsm8k")[1].id == "gsm8k_dev-00001"  # not gsm8k_gsm8k_dev
+    (tmp_path / "with_ids.jsonl").write_text("".join(json.dumps({**r, "id": f"q{i}"}) + "\n" for i, r in enumerate(rows)))
+    assert [it.id for it in load_items(tmp_path / "with_ids.jsonl", "gsm8k")] == ["q0", "q1"]
 
 
 def test_zcp_release_bare_and_skip(shared_data):

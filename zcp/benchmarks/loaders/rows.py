@@ -95,13 +95,33 @@ def _key_text(value: Any) -> str | None:
     return text.strip() if text and text.strip() else None
 
 
+@functools.lru_cache(maxsize=64)
+def id_prefix(fmt: str, stem: str | None) -> str:
+    """The prefix of the ids given to rows without one: the file's stem, for a GSM8K file `gsm8k_<stem>`.
+
+    GSM8K's splits are files named test.jsonl and train.jsonl, so the split is the stem: `gsm8k_test`,
+    `gsm8k_train`. Two benchmarks read in one run (an audited set and its control, data and a C/U split's
+    source) must never share an id, and a fixed `gsm8k` prefix gave both splits `gsm8k-00000`. A stem that
+    already names GSM8K (gsm8k_test.jsonl) is kept as it is. No file (a row built in code): `gsm8k` or `item`.
+    """
+    if fmt != "gsm8k":
+        return stem or "item"
+    if not stem:
+        return "gsm8k"
+    return stem if stem.lower().startswith("gsm8k") else f"gsm8k_{stem}"
+
+
+def generated_id(fmt: str, stem: str | None, index: int) -> str:
+    """The id of the row at 0-based position `index` of a file without an id field: `<id_prefix>-<5 digits>`."""
+    return f"{id_prefix(fmt, stem)}-{index:05d}"
+
+
 def _row_id(row: Mapping[str, Any], spec: _Spec, stem: str, index: int) -> tuple[str, bool]:
-    """(id, written in the file?) of a row: the id field, else `<gsm8k|file stem>-<5-digit position>`."""
+    """(id, written in the file?) of a row: the id field, else `generated_id` (gsm8k_test-00000, data-00000)."""
     value = _key_text(row.get(spec.id_field()))
     if value is not None:
         return value, True
-    prefix = "gsm8k" if spec.format == "gsm8k" else stem
-    return f"{prefix}-{index:05d}", False
+    return generated_id(spec.format, stem, index), False
 
 
 def _source_index(row: Mapping[str, Any], spec: _Spec) -> tuple[str | None, str | None]:

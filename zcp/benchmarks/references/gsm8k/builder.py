@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from zcp.benchmarks.loaders.rows import generated_id
 from zcp.benchmarks.references.gsm8k.answer_class import is_special, significant_lead
 from zcp.benchmarks.references.gsm8k.pool import (
     DrawPool,
@@ -147,8 +148,8 @@ def gsm8k_item(row: dict[str, Any], index: int, path: str | None = None) -> Item
     meta: dict[str, Any] = {"row": index + 1}
     if path:
         meta["source_file"] = Path(path).name
-    return Item(id=str(row.get("id") or f"gsm8k-{index:05d}"), question=q, answer=final,
-                solution=solution.strip(), metadata=meta)
+    item_id = row.get("id") or generated_id("gsm8k", Path(path).stem if path else None, index)
+    return Item(id=str(item_id), question=q, answer=final, solution=solution.strip(), metadata=meta)
 
 
 def gsm8k_answer_text(item: Item) -> str:
@@ -171,7 +172,7 @@ def perturb_gsm8k_file(path: str | Path, m: int, seed: int) -> tuple[list[Item],
         try:
             item = gsm8k_item(row, index, path)
         except DataError as e:
-            rejections.append({"file": path, "row": index + 1, "id": f"gsm8k-{index:05d}",
+            rejections.append({"file": path, "row": index + 1, "id": generated_id("gsm8k", Path(path).stem, index),
                                "reason": str(e), "kept": 0})
             continue
         res = perturb_gsm8k(item, m, seed)
