@@ -152,3 +152,30 @@ def test_power_against_a_shift():
     hits = sum(two_sample_permutation_test(rng.normal(1.0, 1, 20), rng.normal(0, 1, 20), B=199, seed=k).p_value
                <= 0.05 for k in range(100))
     assert hits >= 80
+
+
+@pytest.mark.parametrize("n", [20, 100])
+def test_a_shared_builder_bias_cancels_against_a_control(n):
+    """Per-item scores like p_first (Beta(0.5, 4), m = 3 draws per item) with the originals of BOTH sets scoring
+    1.5x their draws' law (a shape the builder missed): the within-item test rejects most of the time (0.86 at n = 100),
+    the audited-vs-control comparison of the gaps about alpha of the time."""
+    from zcp.probe.control import compare_with_control
+    from zcp.probe.stats import paired_test
+
+    rng = np.random.default_rng(n)
+    reps, within, against = 200, 0, 0
+
+    def one_set(tag):
+        x = np.minimum(1.5 * rng.beta(0.5, 4, n), 1.0)
+        y = rng.beta(0.5, 4, (n, 3))
+        return x, y, {f"{tag}{i}": float(x[i] - y[i].mean()) for i in range(n)}
+
+    for k in range(reps):
+        xa, ya, ga = one_set("a")
+        _, _, gc = one_set("c")
+        within += paired_test("p_first", xa, ya, B=199, seed=k).p_value <= 0.05
+        res = compare_with_control({("D", "original"): {"p_first": ga}}, {"p_first": gc}, ["p_first"], seeds=[k],
+                                   B=199, alpha=0.05)
+        against += res["verdicts"][0]["contaminated"]
+    assert against / reps <= 0.05 + 3.2 * math.sqrt(0.05 * 0.95 / reps)
+    assert within / reps > (0.7 if n == 100 else 0.2)
