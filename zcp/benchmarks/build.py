@@ -230,23 +230,83 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     """
     from omegaconf import DictConfig, OmegaConf
 
-    from zcp.config import run_dir, save_config, to_dict, validate
+    from zcp.config import run_dir, validate
 
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
     # every key typed and in range before anything is read; the job reads the checked BuildDataJob (its dataclasses
     # hold the defaults); the raw cfg only names and hashes the run dir and is saved as config.yaml
     job = validate(cfg, job="build_data")["__job__"]
+    from zcp.core.io import RunLock
+    from zcp.core.rundir import claim_run_dir
+
+    out = run_dir(cfg, "build_data", job.data.name)
+    made_of = build_made_of(cfg, job.data)
+    # the directory is this configuration's (or new) before anything is written: another configuration's build
+    # (its reference set is the auditor's private, possibly costly asset) is refused, naming both fingerprints;
+    # the lock keeps a second build of the same directory out while this one runs
+    with RunLock(out):
+        same = claim_run_dir(out, "build_data", made_of, products=BUILD_PRODUCTS,
+                             adopt=lambda d: _same_config_file(d, cfg))
+        finished = _finished_build(out) if same else None
+        if finished is not None:
+            log.info("%s already holds this build (fingerprint unchanged, every file as build_report.json says): "
+                     "nothing to do", out)
+            print(f"already built -> {out}")
+            return finished
+        return _build(cfg, job, out, backends)
+
+
+BUILD_PRODUCTS = ("items.jsonl", "manifest.json", "reference.jsonl", "paraphrases.jsonl", "build_report.json")
+BUILD_REPORT = "build_report.json"
+_NOT_MADE_OF = ("output_dir", "logger", "log_reference_to_wandb")  # where it goes and what W&B sees: no product
+
+
+def build_made_of(cfg: Any, data_cfg: Any) -> dict[str, Any]:
+    """What a build is made from (its run directory's fingerprint, `zcp.core.rundir.claim_run_dir`): the resolved
+    config without where it is written and what is logged, and the content hash of the data file (the same
+    `data.path` with another content is other data)."""
+    from zcp.config import to_dict
+
+    conf = {k: v for k, v in to_dict(cfg).items() if k not in _NOT_MADE_OF and k != "hydra"}
+    path = getattr(data_cfg, "path", None)
+    data_sha = sha256_file(path) if isinstance(path, str) and Path(path).is_file() else None
+    return {"config": conf, "data_sha256": data_sha}
+
+
+def _same_config_file(out: Path, cfg: Any) -> bool:
+    """Whether `out`'s config.yaml (a build made before run directories had a fingerprint) is this config's."""
+    from omegaconf import OmegaConf
+
+    saved = out / "config.yaml"
+    return saved.is_file() and saved.read_text() == OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def _finished_build(out: Path) -> dict[str, Any] | None:
+    """The build report when `out` holds a finished build whose files are as the report says, else None."""
+    path = out / BUILD_REPORT
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = report.get("files") if isinstance(report, dict) else None
+    if not isinstance(files, dict) or any(n not in files for n in BUILD_PRODUCTS if n != BUILD_REPORT):
+        return None
+    return report if _files_hashes(out, list(files)) == files else None
+
+
+def _build(cfg: Any, job: Any, out: Path, backends: dict[str, Any] | None) -> dict[str, Any]:
+    """The build itself, in `out` (claimed and locked by `build_data`)."""
     from zcp.benchmarks.loaders import save_items
     from zcp.benchmarks.references.builders import progress
     from zcp.benchmarks.split import split_items
+    from zcp.config import save_config, to_dict
     from zcp.core.io import seed_everything, write_jsonl
     from zcp.core.tracking import Tracker
 
     seed = job.seed
     seed_everything(seed)
     data_cfg, ref_cfg, para_cfg, split_cfg = job.data, job.reference, job.paraphrase, job.split
-    out = run_dir(cfg, "build_data", data_cfg.name)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out)
     t0 = time.time()
@@ -329,7 +389,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     files = ["items.jsonl", "manifest.json", "reference.jsonl", "reference_verdicts.jsonl", "paraphrases.jsonl"]
     report["files"] = _files_hashes(out, files)
     report["output_dir"] = str(out)
-    (out / "build_report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    (out / BUILD_REPORT).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
 
     with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="build_data") as tracker:
         flat = {f"counts/{k}": v for k, v in counts.items()}

@@ -538,7 +538,7 @@ class ParaphraseConfig:
 class ReferenceBuildConfig(ReferenceChoice):
     """run_build_data's `reference` group (conf/reference/*.yaml): the builder, m draws, LLM pipeline models."""
 
-    m: int = 1  # reference draws per item (distinct)
+    m: int = 3  # reference draws per item (distinct); 3 from the power calculation of docs/benchmarks.md
     exclude: Any = "auto"  # auto | a list of corpus:<model dir> / items:<training items .jsonl> sources
     generator: dict[str, Any] | None = None  # method llm: the generator's model config
     judges: list[dict[str, Any]] = field(default_factory=list)  # method llm: the judges' model configs

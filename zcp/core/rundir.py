@@ -16,13 +16,75 @@ both its writer (zcp.probe.detect) and its readers (zcp.validate) need it.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-from zcp.core.io import read_json
+from zcp.core.io import read_json, stable_hash, write_json
 from zcp.core.records import RecordStore
 from zcp.errors import ConfigError, DataError, RunDirError
+
+# ------------------------------------------------------------------------------------------ any job's run dir
+RUN_FINGERPRINT = "run_fingerprint.json"  # what a run directory was made from: {"job", "fingerprint", "made_of"}
+
+
+def fingerprint_of(made_of: dict[str, Any]) -> str:
+    """The fingerprint of what a run is made from (16 hex digits of the canonical JSON of `made_of`)."""
+    return stable_hash(json.dumps(made_of, sort_keys=True, default=str), 16)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differing_keys(old: dict[str, Any], new: dict[str, Any], limit: int = 6) -> list[str]:
+    """The dotted keys whose values differ between two nested mappings (at most `limit`, then "..."), sorted."""
+    a, b = _flat(old), _flat(new)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k, ...) != b.get(k, ...))
+    return keys[:limit] + (["..."] if len(keys) > limit else [])
+
+
+def claim_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, Any], *,
+                  products: tuple[str, ...] = (), key: str = "output_dir",
+                  adopt: Any = None) -> bool:
+    """Make sure the run directory `path` is this run's before anything is written there; True when it already
+    holds this configuration's run (resume, or a no-op when finished), False when it was new.
+
+    The one rule for a job's directory: RUN_FINGERPRINT records the job and the fingerprint of what the run is made
+    from (`made_of`: the resolved config without output_dir and logger, the content hashes of its inputs, ...).
+    A directory holding another fingerprint (or another job's) is refused (RunDirError, one line naming both
+    fingerprints and the keys that differ: a resume would mix two runs, a rebuild would replace the other run's
+    products). A directory without the file but holding one of `products` (the job's files) is a run of unknown
+    origin, refused as well, unless `adopt(path)` says it is this configuration's (e.g. its config.yaml equals
+    this run's: a run made before the fingerprint existed). Call it holding the directory's `RunLock`, so that two
+    runs cannot both find it new.
+    """
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise RunDirError(f"{key}={d} is a file, not a directory; use another {key}")
+    fp = fingerprint_of(made_of)
+    stamp = d / RUN_FINGERPRINT
+    if stamp.exists():
+        old = read_json(stamp) or {}
+        if (old.get("job"), old.get("fingerprint")) == (job, fp):
+            return True
+        differ = differing_keys(old.get("made_of") or {}, made_of) if old.get("job") == job else ["job"]
+        raise RunDirError(f"{key}={d} holds a {old.get('job')} run of another configuration (fingerprint "
+                          f"{old.get('fingerprint')}; this {job} run: {fp}; differing: {', '.join(differ)}); use "
+                          f"another {key}, or delete {d} to rebuild it")
+    found = [p for p in products if (d / p).exists()]
+    if found and not (adopt is not None and adopt(d)):
+        raise RunDirError(f"{key}={d} holds {found[0]} but no {RUN_FINGERPRINT} (a run of unknown configuration; "
+                          f"this {job} run: fingerprint {fp}); use another {key}, or delete {d} to rebuild it")
+    write_json(stamp, {"job": job, "fingerprint": fp, "made_of": made_of})
+    return bool(found)
+
 
 # ------------------------------------------------------------------------------------------ a detection run dir
 DETECTION_RECORDS = "records.jsonl"
