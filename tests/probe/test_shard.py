@@ -93,7 +93,8 @@ def _timed(label: str, fn, *args) -> dict:
 
 
 def _plain(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if k != "output_dir"}
+    """summary.json without what belongs to one process's run: its output_dir and its measured cost plan."""
+    return {k: v for k, v in summary.items() if k not in ("output_dir", "cost_plan")}
 
 
 def _assert_same_run(one: Path, merged: Path) -> None:

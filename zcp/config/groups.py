@@ -62,15 +62,22 @@ class StatsConfig:
 
 @dataclass
 class RunConfig:
-    """How items are probed: chunks appended to records.jsonl (the unit of resume), progress bars; `shard` (detect
-    only, zcp.probe.shard): "i/n" probes shard i of n, "merge" gathers the n shards into one run's outputs."""
+    """How items are probed: chunks appended to records.jsonl (the unit of resume; the progress bar moves per chunk),
+    progress bars; `shard` (detect only, zcp.probe.shard): "i/n" probes shard i of n, "merge" gathers the n shards
+    into one run's outputs."""
 
-    chunk_size: int = 64
+    chunk_size: int = 64  # the default: chunks sized by work (chunk_seconds); any other value: units per chunk
     progress: bool = True
     shard: str | None = None  # null: one process | "i/n" (0 <= i < n; a string, as Hydra reads 3/8) | merge
+    # At the default chunk_size: the first chunk_first units are timed (the cost plan's ETA, zcp.probe.cost), then
+    # each chunk holds the units that take about chunk_seconds at that rate (at most the backend's block)
+    chunk_seconds: float = 30.0
+    chunk_first: int = 8
 
     def __post_init__(self) -> None:
         check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
+        check_value(_num(self.chunk_seconds) > 0, "run.chunk_seconds", self.chunk_seconds, "> 0")
+        check_value(self.chunk_first >= 1, "run.chunk_first", self.chunk_first, ">= 1")
         self.shard_spec = parse_shard(self.shard, "run.shard")  # (i, n), or None for null and merge
 
 

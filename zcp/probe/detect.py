@@ -9,6 +9,7 @@ the per-item averages. Records are appended chunk by chunk, so a killed run resu
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from zcp.core.rundir import detection_unit as _key
 from zcp.errors import DataError, RunDirError
 from zcp.probe import normalised  # noqa: F401 - registers p_first_norm / p_all_norm before configs are validated
 from zcp.probe.control import CONTROL, compare_with_control, control_markdown
+from zcp.probe.cost import PassTimer, format_seconds, measured, plan_cost
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
 from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
@@ -93,6 +95,8 @@ class DetectSettings:
     reference_draws: str = StatsConfig.reference_draws  # stability display per seed: all | per_seed (j mod n_seeds = k)
     chunk_size: int = RunConfig.chunk_size
     progress: bool = RunConfig.progress
+    chunk_seconds: float = RunConfig.chunk_seconds  # default chunking: seconds of work per chunk (zcp.probe.cost)
+    chunk_first: int = RunConfig.chunk_first  # default chunking: units of the first, timed chunk
     on_overflow: str = DataConfig.on_overflow  # a prompt longer than the model's context: error | skip | truncate
     overflow_key: str = "data.on_overflow"  # the config key messages name for on_overflow (the caller's own)
 
@@ -104,7 +108,8 @@ class DetectSettings:
         check_seeds(self.seeds, "seeds")
         StatsConfig(test=self.test, bootstrap_samples=int(self.bootstrap_samples), alpha=float(self.alpha),
                     reference_draws=self.reference_draws)
-        RunConfig(chunk_size=int(self.chunk_size), progress=bool(self.progress))
+        RunConfig(chunk_size=int(self.chunk_size), progress=bool(self.progress), chunk_seconds=self.chunk_seconds,
+                  chunk_first=int(self.chunk_first))
         check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,
                f"one of {list(OVERFLOW_POLICIES)}")
 
@@ -316,8 +321,17 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
                     settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
                     overflow: list[dict[str, Any]] | None = None,
                     planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]] | None = None,
-                    rendering: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                    rendering: dict[str, Any] | None = None, cost: dict[str, Any] | None = None
+                    ) -> list[dict[str, Any]]:
     """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
+
+    Before probing, the cost plan (`zcp.probe.cost`: units, distinct prompts, score requests, zero-CoT and full-CoT
+    generations with their token budgets) is logged; the first chunk is timed per pass and the plan, with an ETA
+    extrapolated from it, is logged again in one line and, when `cost` is given, put into it (detect writes it to
+    summary.json as `cost_plan`; not into run_meta.json, which must not depend on timings: a sharded run's merge
+    writes it byte-identical to one process's). At the default `run.chunk_size` the first chunk holds
+    `settings.chunk_first` units and the later ones about `settings.chunk_seconds` of work each (at most
+    `probe_block` units); any other chunk_size is the units of every chunk. The progress bar advances per chunk.
 
     `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
     run_detect writes config.yaml there, so a refused run never overwrites another run's config.
@@ -375,19 +389,34 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         it = unit_item.get(_key(r))
         if it is not None:
             known.setdefault((it.question, it.answer), r)
-    size = probe_block(backend, settings.chunk_size)
-    chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
+    fresh_total = len({(it.question, it.answer) for _, it in todo} - set(known))
+    plan = plan_cost(len(units), len(todo), fresh_total, probe)
+    if todo:
+        log.info("%s; timing the first chunk for an ETA", plan.line())
+    cap = probe_block(backend, settings.chunk_size)
+    adaptive = settings.chunk_size == RunConfig.chunk_size
+    size = min(settings.chunk_first, cap) if adaptive else cap
     bar = None
-    if settings.progress and chunks:
+    if settings.progress and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="probe", unit="item")
-    for chunk in chunks:
+    pos = 0
+    while pos < len(todo):
+        chunk = todo[pos : pos + size]
+        pos += len(chunk)
         fresh: dict[tuple[str, str], Item] = {}
         for _, it in chunk:
             if (it.question, it.answer) not in known:
                 fresh.setdefault((it.question, it.answer), it)
-        for qa, rec in zip(fresh, probe_items(backend, list(fresh.values()), probe), strict=True):
+        timer = PassTimer(probe) if plan.warmup is None and fresh else None
+        t0 = time.perf_counter()
+        if timer is not None:
+            with timer.timing(backend):
+                new = probe_items(backend, list(fresh.values()), probe)
+        else:
+            new = probe_items(backend, list(fresh.values()), probe) if fresh else []
+        for qa, rec in zip(fresh, new, strict=True):
             known[qa] = rec
         recs = []
         for (split, variant, oid, draw), it in chunk:
@@ -395,19 +424,31 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
             rec.update(id=it.id, split=split, variant=variant, original_id=oid, draw=draw)
             recs.append(rec)
         store.append(recs)
+        if timer is not None:  # the first chunk that probed anything: the ETA, and the size of the chunks to come
+            measured(plan, len(chunk), len(fresh), time.perf_counter() - t0, timer.seconds,
+                     settings.chunk_seconds if adaptive else None, cap)
+            if not adaptive:
+                plan.chunk_units, plan.chunk_rule = size, "run.chunk_size"
+            size = plan.chunk_units or size
+            log.info("%s", plan.line())
+            if bar is not None:
+                bar.set_postfix_str(f"ETA {format_seconds(plan.eta_seconds or 0.0)} (estimate)", refresh=False)
         if bar is not None:
             bar.update(len(chunk))
     store.wait()
     if bar is not None:
         bar.close()
+    if cost is not None:
+        cost.update(plan.to_dict())
     wanted = set(keys)
     return [r for r in store.records if _key(r) in wanted]
 
 
 def probe_block(backend: Backend, chunk_size: int) -> int:
-    """Units probed per backend call and appended together (the unit of resume): `chunk_size`, except that at the
-    default (RunConfig.chunk_size) a backend whose batches hold more rows (`score_block`, e.g. HFBackend: 4 x its
-    rows per batch) gets that many. 64 units spread over a few length buckets make forward passes of ~20 rows, each
+    """The largest chunk (units probed per backend call and appended together, the unit of resume): `chunk_size`,
+    except that at the default (RunConfig.chunk_size) a backend whose batches hold more rows (`score_block`, e.g.
+    HFBackend: 4 x its rows per batch) gets that many; `collect_records` sizes default chunks by measured work
+    (`zcp.probe.cost.chunk_units`) up to this. 64 units spread over a few length buckets make forward passes of ~20 rows, each
     paying the per-pass cost (on CPU the threads' synchronisation at every op) that a full batch shares 256 ways;
     records do not depend on it (batch invariance), a killed run loses at most the block in flight."""
     if chunk_size != RunConfig.chunk_size:
@@ -623,7 +664,9 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
                    planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]],
                    cover: list[dict[str, Any]], rendering: dict[str, Any]) -> dict[str, Any]:
     overflow: list[dict[str, Any]] = []
-    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering)
+    cost: dict[str, Any] = {}
+    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering, cost)
+    extra = {**(extra or {}), "cost_plan": cost}
     return write_results(records, backend.name, datasets, probe, out, settings, tracker=tracker, extra=extra,
                          title=title, overflow=overflow, cover=cover, rendering=rendering)
 

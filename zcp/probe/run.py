@@ -76,6 +76,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
                               test=job.stats.test, reference_draws=job.stats.reference_draws,
                               chunk_size=job.run.chunk_size, progress=job.run.progress,
+                              chunk_seconds=job.run.chunk_seconds, chunk_first=job.run.chunk_first,
                               on_overflow=job.data.on_overflow)
     probe = probe_config(cfg.probe, cfg.model)
     datasets, skipped = load_datasets(job.data)
