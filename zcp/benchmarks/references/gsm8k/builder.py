@@ -18,6 +18,7 @@ from zcp.benchmarks.references.gsm8k.pool import (
     choose_draws,
     collect_draws,
     perturb_gsm8k,
+    top_up,
 )
 from zcp.benchmarks.references.gsm8k.program import _analyse
 from zcp.benchmarks.references.gsm8k.quantities import format_number
@@ -93,8 +94,19 @@ def build_gsm8k_references(items: Sequence[Item], m: int, seed: int = 0, special
     for p in flow.values():
         p.validate_alt()
     ids = [i for i, p in flow.items() if p.lead_capacity(clean=True)]
-    rows = [(significant_lead(flow[i].answer), flow[i].lead_capacity(clean=True)) for i in ids]
-    got, flow_report = lead_transport(rows, m, range(1, 10), drop_unbalanced=special_cases == "drop")
+    # items with fewer than m draws in their class are topped up with draws of other leading digits, balanced
+    # in the same transport (`top_up`)
+    short = [i for i, r in results.items() if 0 < len(r.picks) < m and not r.special_case]
+    for i in short:
+        pools[i].validate_alt()
+    short = [i for i in short if pools[i].lead_capacity(clean=True)]
+    rows = [(significant_lead(pools[i].answer), pools[i].lead_capacity(clean=True)) for i in [*ids, *short]]
+    kept = [0] * len(ids) + [len(results[i].picks) for i in short]
+    got, flow_report = lead_transport(rows, m, range(1, 10), drop_unbalanced=special_cases == "drop", kept=kept)
+    for i, c in zip(short, got[len(ids):], strict=True):
+        results[i] = top_up(pools[i], results[i], c or {})
+    flow_report["topped_up"] = sum(1 for c in got[len(ids):] if c)
+    got, rows = got[:len(ids)], rows[:len(ids)]
     flow_report["by_class"] = dict(sorted(Counter(flow[i].flexible or "leading digit fixed by the program"
                                                   for i in ids).items()))
     for i, (own, _), c in zip(ids, rows, got, strict=True):

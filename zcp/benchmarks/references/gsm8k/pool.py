@@ -364,8 +364,8 @@ def _finish(pool: DrawPool, picks: Sequence[tuple[_Cand, bool]], special: list[s
     for j, (c, kept) in enumerate(picks):
         assert c.item is not None
         meta = {**c.item.metadata, "draw": j, "answer_class_kept": kept}
-        if by_flow and kept:
-            meta["answer_lead_by_flow"] = True
+        if kept and (by_flow or significant_lead(c.answer) != significant_lead(pool.answer)):
+            meta["answer_lead_by_flow"] = True  # its leading digit went by `lead_transport` (a top-up: `top_up`)
         if special:
             meta["special_case"] = list(special)
         items.append(Item(id=f"{item.id}::ref{j}", question=c.item.question, answer=c.item.answer,
@@ -378,6 +378,25 @@ def _finish(pool: DrawPool, picks: Sequence[tuple[_Cand, bool]], special: list[s
                   + (f" ({kept_n} keep the answer's class)" if kept_n < len(items) else "")
                   + f" (most frequent failure: {top})")
     return PerturbResult(item.id, items, reason, pool.attempts, special, picks=list(picks))
+
+
+def top_up(pool: DrawPool, res: PerturbResult, counts: dict[int, int]) -> PerturbResult:
+    """An item with fewer than m draws in its answer's class, topped up with `counts` (leading digit -> draws,
+    from `lead_transport` with the item's own draws as `kept`) draws that keep everything of the class but the
+    leading digit and keep the question's structure (`_Cand.clean`); the leading digits are balanced over
+    the benchmark, as for the items whose digit must change. Returns `res` unchanged without counts."""
+    if not counts or res.special_case or pool.analysis is None:
+        return res
+    picks = list(res.picks)
+    balance = sum(c.round_delta for c, _ in picks)
+    src = {k: list(v) for k, v in pool.alt.items() if v}
+    for d in sorted(counts):
+        for _ in range(counts[d]):
+            c = _pick(src, [d], balance, pool, clean_only=True)
+            if c is not None:
+                picks.append((c, True))
+                balance += c.round_delta
+    return _finish(pool, picks, [])
 
 
 def perturb_gsm8k(item: Item, m: int, seed: int, max_attempts: int = 1000,

@@ -19,7 +19,7 @@ from zcp.core.io import stable_hash
 
 
 def lead_transport(rows: Sequence[tuple[int, dict[int, int]]], m: int, digits: Sequence[int] = LEAD_TARGETS,
-                   drop_unbalanced: bool = True, tolerance: float = 2.0
+                   drop_unbalanced: bool = True, tolerance: float = 2.0, kept: Sequence[int] | None = None
                    ) -> tuple[list[dict[int, int] | None], dict[str, Any]]:
     """How many draws of each item go to each new leading digit, so that the references' leading digits
     have the originals' distribution although no reference keeps its own original's digit.
@@ -34,21 +34,39 @@ def lead_transport(rows: Sequence[tuple[int, dict[int, int]]], m: int, digits: S
     mass, an item with that leading digit (the least reachable first; it has nowhere to be balanced from),
     for a digit with too much, the item sending the largest share there. Counts are whole: each row's x is
     rounded by largest remainders. The report gives the originals' and the references' digit masses.
+
+    `kept`: per item, draws it already has with its own leading digit (a banded item with fewer than m draws
+    in its class, topped up here with draws of other leading digits; 0 for the items whose digit must change).
+    Such an item asks for m_i = min(m - kept_i, its draws) more and weighs s_i = m_i / (kept_i + m_i): the
+    share of its references (item-averaged) that leave its own digit, which is also the share of its
+    original's digit that other items must supply. A left-out item (None) keeps the draws it had.
     """
     from scipy.optimize import linprog
 
     digits = list(digits)
+    have = list(kept) if kept is not None else [0] * len(rows)
     caps = [{d: c for d, c in cap.items() if d in digits and d != own and c > 0} for own, cap in rows]
+    caps = [c if have[i] < m else {} for i, c in enumerate(caps)]
+
+    def size(i: int) -> int:
+        return min(m - have[i], sum(caps[i].values()))
+
+    def share(i: int) -> float:
+        return size(i) / (have[i] + size(i))
+
     active = [i for i, c in enumerate(caps) if c]
     out: list[dict[int, int] | None] = [None] * len(rows)
     dropped: list[int] = []
     x_best: dict[tuple[int, int], float] = {}
     while active:
         var = [(i, d) for i in active for d in caps[i]]
-        mi = {i: min(m, sum(caps[i].values())) for i in active}
-        counts = Counter(rows[i][0] for i in active if rows[i][0] in digits)
-        total = sum(counts.values())
-        target = [counts[d] * len(active) / total if total else len(active) / len(digits) for d in digits]
+        mi = {i: size(i) for i in active}
+        counts: Counter = Counter()
+        for i in active:
+            if rows[i][0] in digits:
+                counts[rows[i][0]] += share(i)
+        total, weight = sum(counts.values()), sum(share(i) for i in active)
+        target = [counts[d] * weight / total if total else weight / len(digits) for d in digits]
         nv, nd = len(var), len(digits)
         cost = [0.01 * abs(math.log(d / max(rows[i][0], 1))) / mi[i] for i, d in var] + [1.0] * (2 * nd)
         a_eq, b_eq = [], []
@@ -56,7 +74,7 @@ def lead_transport(rows: Sequence[tuple[int, dict[int, int]]], m: int, digits: S
             a_eq.append([1.0 if vi == i else 0.0 for vi, _ in var] + [0.0] * (2 * nd))
             b_eq.append(float(mi[i]))
         for j, d in enumerate(digits):
-            row = [1.0 / mi[vi] if vd == d else 0.0 for vi, vd in var] + [0.0] * (2 * nd)
+            row = [share(vi) / mi[vi] if vd == d else 0.0 for vi, vd in var] + [0.0] * (2 * nd)
             row[nv + j], row[nv + nd + j] = -1.0, 1.0  # mass - excess + shortfall = target
             a_eq.append(row)
             b_eq.append(target[j])
@@ -73,27 +91,29 @@ def lead_transport(rows: Sequence[tuple[int, dict[int, int]]], m: int, digits: S
         if short[worst] > excess[worst]:  # the least reachable item with that digit first
             ranked = [(sum(caps[i].values()), -i, i) for i in active if rows[i][0] == d]
         else:  # the item sending the largest share there first
-            ranked = [(-x_best[(i, d)] / mi[i], -i, i) for i in active if x_best.get((i, d), 0.0) > 0]
+            ranked = [(-x_best[(i, d)] * share(i) / mi[i], -i, i) for i in active if x_best.get((i, d), 0.0) > 0]
         if not ranked:
             break
         victim = min(ranked)[2]
         active.remove(victim)
         dropped.append(victim)
     for i in active:
-        mi_ = min(m, sum(caps[i].values()))
+        mi_ = size(i)
         xs = {d: x_best.get((i, d), 0.0) for d in caps[i]}
         whole = {d: math.floor(v + 1e-9) for d, v in xs.items()}
         rest = sorted(xs, key=lambda d: -(xs[d] - whole[d]))
         for d in rest[: max(0, mi_ - sum(whole.values()))]:
             whole[d] += 1
         out[i] = {d: c for d, c in whole.items() if c}
-    mass = Counter()
+    mass: Counter = Counter()
+    orig: Counter = Counter()
     for i in active:
         n_i = sum(out[i].values()) or 1
+        orig[rows[i][0]] += share(i)
         for d, c in out[i].items():
-            mass[d] += c / n_i
+            mass[d] += c / n_i * share(i)
     report = {"items": len(active), "left_out": len(dropped),
-              "original": dict(sorted(Counter(rows[i][0] for i in active).items())),
+              "original": {d: round(v, 2) if v != int(v) else int(v) for d, v in sorted(orig.items())},
               "reference": {d: round(v, 2) for d, v in sorted(mass.items())}}
     return out, report
 
