@@ -37,11 +37,12 @@ def _all():
 
 def test_builtin_table_prefills_ends_and_labels():
     by = {c.name: c for c in _all()}
-    assert list(by) == ["probe", "hash", "sentence", "boxed"]
+    assert list(by) == ["probe", "hash", "sentence", "boxed", "sentence_colon"]
     assert by["probe"].prefill == FINAL_ANSWER_PREFIX and by["probe"].end == "}"  # the answer line, as ever
     assert (by["hash"].prefill, by["hash"].end) == ("#### ", "\n")  # derived: answer_end of a prefix with no group
     assert (by["sentence"].prefill, by["sentence"].end) == ("The answer is ", ".")  # the table's own end
     assert (by["boxed"].prefill, by["boxed"].end) == ("\\boxed{", "}")
+    assert (by["sentence_colon"].prefill, by["sentence_colon"].end) == ("The answer is: ", "\n")
     # `probe` is the run's probe.zero_cot_prefix (and answer_suffix): one source of truth for the probe's line
     (p,) = resolve_entries(["probe"], "\n\nThe final answer is:\n\\[\n\\boxed{", None)
     assert p.prefill.startswith("\n\nThe final") and p.end == "}"
@@ -56,6 +57,9 @@ def test_builtin_table_prefills_ends_and_labels():
     ("So \\boxed{\\frac{1}{2}}", ("boxed", "\\frac{1}{2}")),
     ("First \\boxed{3}, then on reflection\n#### 5\n", ("hash", "5")),  # the last statement ends the output
     ("no answer stated here", (None, None)),
+    ("Janet has 9 eggs.\n#### 18\nThe answer is: 18", ("sentence_colon", "18")),  # MetaMathQA / SmolLM2
+    ("Total: 4.5 hours.\nThe answer is: 4.5", ("sentence_colon", "4.5")),
+    ("The answer is 7.\nThe answer is: 7", ("sentence_colon", "7")),
 ])
 def test_the_convention_ending_an_output_and_its_answer(text, want):
     assert ending_convention(text, _all()) == want[0]
@@ -152,3 +156,33 @@ def test_memo_backend_generates_each_distinct_full_cot_request_once():
     assert fb.calls["generated"] == 2 + 1 + 1  # q1, q2 once; the pre-filled request each time
     assert (memo.generated, memo.reused, memo.passed) == (2, 2, 2)
     assert memo.name == fb.name and memo.supports_prefill and memo.inner is fb  # everything else is read through
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("3+4=7\n" + final_answer_line("7"), ("7", "probe")),  # the box first, as ever, named by the probe's line
+    ("3+4=7 so \\boxed{7}\n#### 9", ("7", "boxed")),  # a closed box wins over a later `#### 9`, as before
+    ("Janet sells 9 eggs.\n#### 18\nThe answer is: 18", ("18", "sentence_colon")),  # SmolLM2 / MetaMathQA
+    ("It is 7.\n#### 7", ("7", "hash")),
+    ("It is 4.5. The answer is 4.5.", ("4.5", "sentence")),
+    ("I cannot tell.", (None, None)),
+])
+def test_read_full_cot_reads_every_convention_after_the_box(text, want):
+    from zcp.probe.conventions import read_full_cot
+
+    assert read_full_cot(text) == want
+
+
+@pytest.mark.parametrize(("text", "cut"), [
+    ("step\n#### 3\nThe answer is: 3", "step\n#### 3\n"),  # stated at `#### 3`: the restatement is not needed
+    ("a \\boxed{3} b\nmore text", "a \\boxed{3} b\n"),  # a closed box's line
+    ("The answer is: 3\nQuestion: next", "The answer is: 3\n"),
+    ("step\n#### 3", None),  # the line has not ended yet (EOS would end it)
+    ("no answer yet\nstill none\n", None),
+])
+def test_answer_line_end_is_after_the_first_complete_answer_line(text, cut):
+    from zcp.probe.conventions import answer_line_end, read_full_cot
+
+    at = answer_line_end(text)
+    assert (None if at is None else text[:at]) == cut
+    if at is not None:  # what stopping there keeps reads as the same answer
+        assert read_full_cot(text[:at])[0] == read_full_cot(text)[0]

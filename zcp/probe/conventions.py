@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from zcp.core.answers import FINAL_ANSWER_PREFIX, extract_prefilled_box
+from zcp.core.answers import FINAL_ANSWER_PREFIX, extract_boxed, extract_prefilled_box
 
 PROBE = "probe"  # the probe's own line: probe.zero_cot_prefix
 AUTO = "auto"  # probe.prefill=auto: the conventions the audited model uses (plus `probe`)
@@ -151,11 +151,19 @@ class Resolved:
         return last
 
 
+# `sentence` reads `The answer is N.` and not `The answer is: N` (the negative look-ahead): that is `sentence_colon`,
+# a convention of its own because its pre-fill differs. A model that writes `The answer is: 3` (SmolLM2, the
+# MetaMathQA style `#### 3\nThe answer is: 3`) continues the pre-fill `The answer is ` with `: 3`, which no extraction
+# reads as the answer 3; auto's reading must name the pre-fill the model would continue, so each spelling is its
+# own entry and the reading tells them apart.
+SENTENCE_PATTERN = r"The\s+answer\s+is(?![ \t]*:)[ \t]*(?P<answer>\S[^\n]*?)\.(?=\s|$)"
+
 BUILTIN = (
     AnswerConvention(PROBE, None, label="probe line"),
     AnswerConvention("hash", "#### ", label="#### N"),
-    AnswerConvention("sentence", "The answer is ", end=".", label="The answer is N."),
+    AnswerConvention("sentence", "The answer is ", end=".", pattern=SENTENCE_PATTERN, label="The answer is N."),
     AnswerConvention("boxed", "\\boxed{", label="\\boxed{N}"),
+    AnswerConvention("sentence_colon", "The answer is: ", label="The answer is: N"),
 )
 BUILTIN_CONVENTIONS = tuple(c.name for c in BUILTIN)
 
@@ -300,17 +308,83 @@ def zero_cot_stop(prefix: str) -> tuple[str, ...]:
     return () if opens_group(prefix) else ("\n",)
 
 
-def stated_answer(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> str | None:
-    """The final answer `text` states in any registered convention: the answer of the convention that ends it
-    (`ending_convention`), None when none does. What a full-CoT output ending on `#### 42` answers, where
-    `zcp.core.answers.extract_boxed` finds no box."""
+def _all_resolved(zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> list[Resolved]:
+    """Every registered convention resolved for `zero_cot_prefix`, one per distinct pre-fill, in table order."""
     convs: list[Resolved] = []
     for name in _TABLE:
         r = _TABLE[name].resolve(zero_cot_prefix)
         if all(o.prefill != r.prefill for o in convs):
             convs.append(r)
+    return convs
+
+
+def stated_answer(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> str | None:
+    """The final answer `text` states in any registered convention: the answer of the convention that ends it
+    (`ending_convention`), None when none does. What a full-CoT output ending on `#### 42` answers, where
+    `zcp.core.answers.extract_boxed` finds no box."""
+    return read_stated(text, zero_cot_prefix)[0]
+
+
+def read_stated(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> tuple[str | None, str | None]:
+    """(answer, convention) of the convention ending `text` (`ending_convention` over every registered one), or
+    (None, None) when no convention states an answer in it."""
+    convs = _all_resolved(zero_cot_prefix)
     name = ending_convention(text, convs)
     if name is None:
-        return None
+        return None, None
     m = next(c for c in convs if c.name == name).last_match(text)
-    return m.group("answer").strip() if m is not None else None
+    return (m.group("answer").strip(), name) if m is not None else (None, None)
+
+
+BOX_READ = "boxed"  # the convention a full-CoT answer read by extract_boxed is recorded under (unless the probe line)
+BOX_CONVENTIONS = (PROBE, BOX_READ)  # what `read_full_cot` names a full-CoT answer read from its box
+
+
+def read_full_cot(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> tuple[str | None, str | None]:
+    """The final answer of a full-CoT output and the convention it was read in: (answer, name), (None, None) if none.
+
+    The last closed `\\boxed{..}` first (`extract_boxed`, as the probe has always read it; recorded as `probe`
+    when the probe's line states it, else `boxed`), else the convention that ends the output (`read_stated`:
+    `#### N`, `The answer is N.`, `The answer is: N`, any registered one). So a model that boxes its answers reads
+    as before, and one that never boxes (SmolLM2: `#### 3\nThe answer is: 3`) is read in its own convention
+    instead of being malformed.
+    """
+    box = extract_boxed(text)
+    if box is not None:
+        probe = _TABLE[PROBE].resolve(zero_cot_prefix).last_match(text)
+        named = probe is not None and probe.group("answer").strip() == box
+        return box, PROBE if named else BOX_READ
+    return read_stated(text, zero_cot_prefix)
+
+
+def answer_line_end(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> int | None:
+    """Where a full-CoT output's answer is complete: the index just past the newline ending the first line that
+    states an answer in any registered convention (the probe's line, `\\boxed{N}` closed, `#### N`,
+    `The answer is N.`, `The answer is: N`); None while no such line has ended.
+
+    The criterion of `full_cot_stop`: generation may stop there and lose nothing the reading needs, since the
+    answer is stated. A model that restates it (`#### 3\nThe answer is: 3`) stops after `#### 3\n`; one whose
+    first stated answer is not its last (`\\boxed{3}` in a step, then `#### 5`) would be read at the first, so a
+    backend applying it changes what such a model's full-CoT answer reads as (the last statement, `read_full_cot`).
+    """
+    first: int | None = None
+    for c in _all_resolved(zero_cot_prefix):
+        for m in re.finditer(c.pattern, text):
+            if not m.group("answer").strip():
+                continue
+            nl = text.find("\n", m.end())
+            if nl != -1 and (first is None or nl + 1 < first):
+                first = nl + 1
+            break
+    return first
+
+
+def full_cot_stop() -> tuple[str, ...]:
+    """The literal stop strings a full-CoT GenerationRequest carries so that it ends once the answer line is
+    complete (`answer_line_end`), within what literal stop strings can say: `\\nThe answer is: ` after an answer
+    stated as `#### N` (the restatement, MetaMathQA's `#### 3\\nThe answer is: 3`) cannot be one, since a model
+    that writes `The answer is: N` alone would lose its answer; nothing literal ends `#### N\\n` or a closed box's
+    line either (the answer varies), so this is empty and the criterion waits for a backend that takes a callable
+    or regular-expression stop (zcp.backends.hf stops on literal strings and the pre-filled box's close only).
+    """
+    return ()

@@ -37,7 +37,14 @@ from zcp.core.answers import (
 )
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
-from zcp.probe.conventions import answer_end, extract_after_prefill, opens_group, stated_answer, zero_cot_stop
+from zcp.probe.conventions import (
+    BOX_CONVENTIONS,
+    answer_end,
+    extract_after_prefill,
+    opens_group,
+    read_full_cot,
+    zero_cot_stop,
+)
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, needing, unknown_metrics
 
 ZERO_COT_PREFIX = FINAL_ANSWER_PREFIX  # the answer line up to the brace (zcp.core.answers)
@@ -216,11 +223,11 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
             for it in items
         ])
         for rec, it, out in zip(recs, items, outs, strict=True):
-            cot = extract_boxed(out)
-            if cot is None and "convention" in cfg.extra:  # a multi-convention run reads `#### 42` too
-                cot = stated_answer(out)
+            cot, read_in = read_full_cot(out)  # the box first, as ever; else `#### 42`, `The answer is: 42`, ...
             cot_malformed = not is_parsable(cot)
             rec["cot_prediction"] = cot
+            if read_in not in BOX_CONVENTIONS:  # absent: read from the box, as ever (records of boxing models unchanged)
+                rec["cot_convention"] = read_in
             rec["cot_malformed"] = cot_malformed
             rec["cot_correct"] = (not cot_malformed) and answers_equal(cot, it.answer)
             if "malformed" in rec:  # the zero-CoT answer was generated (a metric needing it runs: con)

@@ -26,11 +26,11 @@ pools, scored under each convention of `real_originals.prefills`.
   on the pool's first N originals plus probe.auto's neutral set: which conventions `probe.prefill=auto` would probe
   on that model beyond the probe's line and probe.auto.always.
 
-The con of the `probe` convention differs from run_detect's multi-convention `probe` run in one respect only: a
-multi-convention run reads a full-CoT answer stated without a box (`#### 42`) through
-zcp.probe.conventions.stated_answer, a single-convention one does not. The study counts the units where that changes
-the full-CoT prediction (`probe_line_cot_check`: the probe records' cot_prediction against another convention's,
-which is read that way from the same generation).
+The con of the `probe` convention reads the full-CoT answer as run_detect's multi-convention `probe` run does: every
+run reads a full-CoT answer stated without a box (`#### 42`) through zcp.probe.conventions.read_full_cot (single- and
+multi-convention alike; before that rule, only multi-convention runs did). The study still counts the units where
+the probe records' full-CoT prediction differs from another convention's (`probe_line_cot_check`, the same
+generation read the same way): a nonzero count there now means a fault.
 """
 
 from __future__ import annotations
