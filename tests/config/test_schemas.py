@@ -44,7 +44,7 @@ def test_data_values_are_checked(override, key):
 def test_defaults_live_in_the_schema():
     cfg = compose("detect", "data.path=x", "data.reference_path=y")
     assert dict(cfg.stats) == {"test": "permutation", "bootstrap_samples": 10_000, "alpha": 0.05,
-                               "reference_draws": "all"}
+                               "reference_draws": "all", "void_malformed": 0.5}
     assert compose("demo").run.chunk_size == 256  # the demo's one override
 
 
@@ -58,6 +58,7 @@ def test_unknown_keys_and_wrong_types_fail_at_compose(override):
 @pytest.mark.parametrize(("override", "key"), [
     ("stats.bootstrap_samples=0", "stats.bootstrap_samples"), ("stats.bootstrap_samples=-5", "stats.bootstrap_samples"),
     ("stats.alpha=2", "stats.alpha"), ("stats.reference_draws=perseed", "stats.reference_draws"),
+    ("stats.void_malformed=1.5", "stats.void_malformed"), ("stats.void_malformed=-0.1", "stats.void_malformed"),
     ("stats.test=sign", "stats.test"), ("run.chunk_size=0", "run.chunk_size"), ("detect.seeds=[]", "detect.seeds"),
     ("detect.m=0", "detect.m"), ("exposure.leak_fraction=1.5", "exposure.leak_fraction"),
     ("exposure.leak_fraction=-0.5", "exposure.leak_fraction"), ("exposure.sham_items=0", "exposure.sham_items"),

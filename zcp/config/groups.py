@@ -51,6 +51,9 @@ class StatsConfig:
     bootstrap_samples: int = 10_000  # B per seed: Monte Carlo relabellings (permutation) or bootstrap samples
     alpha: float = 0.05  # level of the combined (Bonferroni) verdict
     reference_draws: str = "all"  # stability display per seed: all | per_seed (draws j with j mod n_seeds = k)
+    # a metric whose answer is malformed above this rate (or whose S = S_ref = 0) is VOID: reported, and left out of
+    # the combined verdict (zcp.probe.void)
+    void_malformed: float = 0.5
 
     def __post_init__(self) -> None:
         check_value(self.test in TESTS, "stats.test", self.test, f"one of {list(TESTS)}")
@@ -58,6 +61,7 @@ class StatsConfig:
         check_value(0.0 < self.alpha < 1.0, "stats.alpha", self.alpha, "in (0, 1)")
         check_value(self.reference_draws in ("all", "per_seed"), "stats.reference_draws", self.reference_draws,
                "all or per_seed")
+        check_value(0.0 <= _num(self.void_malformed) <= 1.0, "stats.void_malformed", self.void_malformed, "in [0, 1]")
 
 
 @dataclass

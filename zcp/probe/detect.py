@@ -31,8 +31,10 @@ from zcp.probe import normalised  # noqa: F401 - registers p_first_norm / p_all_
 from zcp.probe.control import CONTROL, compare_with_control, control_markdown
 from zcp.probe.cost import PassTimer, format_seconds, measured, plan_cost
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
+from zcp.probe.planned import planned_fields, unit_mismatch
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
-from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
+from zcp.probe.stats import TestResult, c_cont, paired_test, pooled_mc_pvalue
+from zcp.probe.void import combine_valid, mark_void
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class DetectSettings:
     chunk_first: int = RunConfig.chunk_first  # default chunking: units of the first, timed chunk
     on_overflow: str = DataConfig.on_overflow  # a prompt longer than the model's context: error | skip | truncate
     overflow_key: str = "data.on_overflow"  # the config key messages name for on_overflow (the caller's own)
+    void_malformed: float = StatsConfig.void_malformed  # a malformed rate above it voids a metric (zcp.probe.void)
 
     def __post_init__(self) -> None:
         # the same checks as the typed config groups (zcp.config.schemas), for callers that build settings directly
@@ -107,7 +110,7 @@ class DetectSettings:
         self.seeds = tuple(int(s) for s in self.seeds)
         check_seeds(self.seeds, "seeds")
         StatsConfig(test=self.test, bootstrap_samples=int(self.bootstrap_samples), alpha=float(self.alpha),
-                    reference_draws=self.reference_draws)
+                    reference_draws=self.reference_draws, void_malformed=float(self.void_malformed))
         RunConfig(chunk_size=int(self.chunk_size), progress=bool(self.progress), chunk_seconds=self.chunk_seconds,
                   chunk_first=int(self.chunk_first))
         check_value(self.on_overflow in OVERFLOW_POLICIES, "data.on_overflow", self.on_overflow,
@@ -375,7 +378,7 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     # kept once. Each chunk's fsync runs while the next chunk is probed (`sync_behind`): a killed run still loses
     # at most the chunk in flight
     store = RecordStore(out / RECORDS, key=_key, sync_behind=True)
-    existing = store.load()
+    existing = store.load(expect=unit_mismatch(planned_fields(units, backend, probe)))  # foreign rows: re-probed
     done = set(store.keys())
     todo = [(k, it) for k, it in units if k not in done]
     if existing:
@@ -516,6 +519,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
         groups[(r["split"], r["variant"])].append(r)
     splits = sorted({s for s, _ in groups})
     results, verdicts, malformed = [], [], []
+    tested: dict[tuple[str, str], tuple[dict[str, float], dict[int, dict[str, float]]]] = {}
     n_seeds = len(settings.seeds)
     for split in splits:
         ref = distinct_draws(groups.get((split, REFERENCE), []))
@@ -558,13 +562,7 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
                     "n_relabellings": sum(int(q["n_relabellings"] or 0) for q in per_seed) if not main.exact else main.n_relabellings,
                     "discordant": main.to_dict()["discordant"], "per_seed": per_seed,
                 })
-            verdict = combine(pooled_p, settings.alpha)
-            stability = [combine(seed_p[seed], settings.alpha) for seed in settings.seeds]
-            verdicts.append({
-                "split": split, "variant": variant, **verdict,
-                "stability_contaminated_seeds": sum(c["contaminated"] for c in stability),
-                "per_seed": stability,
-            })
+            tested[(split, variant)] = (pooled_p, seed_p)
         for variant in sorted({v for (s, v) in groups if s == split}):
             recs = groups[(split, variant)]
             row = {"split": split, "variant": variant, "n_rows": len(recs)}
@@ -576,6 +574,15 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
                 row["full_cot_malformed_rate"] = row["full_cot_malformed"] / len(recs)
                 row["full_cot_acc"] = float(np.mean([bool(r.get("cot_correct")) for r in recs]))
             malformed.append(row)
+    void = mark_void(results, malformed, settings.void_malformed)  # left out of the verdict (zcp.probe.void)
+    for (split, variant), (pooled_p, seed_p) in tested.items():
+        off = void.get((split, variant), {})
+        stability = [combine_valid(seed_p[seed], off, settings.alpha) for seed in settings.seeds]
+        verdicts.append({
+            "split": split, "variant": variant, **combine_valid(pooled_p, off, settings.alpha),
+            "stability_contaminated_seeds": sum(c["contaminated"] for c in stability),
+            "per_seed": stability,
+        })
     out: dict[str, Any] = {"results": results, "verdicts": verdicts, "malformed": malformed}
     control = gaps.pop((CONTROL, ORIGINAL), None)
     if control is not None and any(s != CONTROL for s, _ in gaps):
@@ -682,7 +689,7 @@ def write_results(records: list[dict[str, Any]], model: str, datasets: Sequence[
     from zcp.probe.report import results_rows, write_reports
 
     analysed = analyse(records, probe.metrics, settings)
-    flags = malformed_warnings(analysed["malformed"], probe.metrics)
+    flags = malformed_warnings(analysed["malformed"], probe.metrics, settings.void_malformed)
     for f in flags:
         log.warning("%s", f["warning"])
     summary: dict[str, Any] = {

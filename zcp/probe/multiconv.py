@@ -30,7 +30,8 @@ A model whose leaked completions ended on `#### N` answers at once after `#### `
   (split, variant, metric), that metric combined over the conventions (Bonferroni over the conventions, the
   driving convention's S and S_ref); `convention_results` every (convention, metric) row; `verdicts` the one
   combined verdict per (split, variant). Combining the per-metric rows over the metrics gives the same p as the
-  verdict (Bonferroni over all K pairs either way).
+  verdict (Bonferroni over all K pairs either way) unless a (convention, metric) is VOID (zcp.probe.void): a void
+  pair is left out of its metric's row and of the verdict, so the metrics' K differ.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
 
 def _p_table(rows: Mapping[str, Sequence[Mapping[str, Any]]], key: tuple[str, str]) -> dict[str, dict[str, float]]:
     """{convention: {metric: p}} of one (split, variant) from each convention's results."""
-    return {c: {r["metric"]: float(r["p_value"]) for r in rs if (r["split"], r["variant"]) == key}
+    return {c: {r["metric"]: float(r["p_value"]) for r in rs if (r["split"], r["variant"]) == key and not r.get("void")}
             for c, rs in rows.items()}
 
 
@@ -253,7 +254,9 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
     for r in conv_results:
         grouped[(r["split"], r["variant"], r["metric"])][r["convention"]] = r
     results = []
-    for rows in grouped.values():
+    for every in grouped.values():
+        # a convention where the metric is VOID (zcp.probe.void) is left out of it; void under all, it stays void
+        rows = {c: r for c, r in every.items() if not r.get("void")} or every
         k = len(rows)
         conv, row = min(rows.items(), key=lambda kv: kv[1]["p_value"])
         p = min(1.0, k * float(row["p_value"]))
@@ -264,6 +267,8 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
             seeds.append({"seed": seed, "p_value": pj, "c_cont": c_cont(pj)})
         results.append({**{key: v for key, v in row.items() if key not in ("per_seed",)},
                         "convention": conv, "conventions": {c: float(r["p_value"]) for c, r in rows.items()},
+                        **({"void_in": {c: r["void"] for c, r in every.items() if r.get("void")}}
+                           if len(rows) < len(every) else {}),
                         "rule": "bonferroni_over_conventions", "p_value": p, "c_cont": c_cont(p),
                         "c_cont_std": _std([q["c_cont"] for q in seeds]), "p_floor": min(1.0, k * float(row["p_floor"])),
                         "per_seed": seeds})
@@ -275,7 +280,8 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
         stability = []
         for j, _seed in enumerate(settings.seeds):
             table = {c: {r["metric"]: float(r["per_seed"][j]["p_value"]) for r in by_conv[c]
-                         if (r["split"], r["variant"]) == key and len(r.get("per_seed", [])) > j} for c in names}
+                         if (r["split"], r["variant"]) == key and len(r.get("per_seed", [])) > j
+                         and not r.get("void")} for c in names}
             stability.append(combine_conventions(table, settings.alpha))
         verdicts.append({"split": key[0], "variant": key[1], **verdict,
                          "stability_contaminated_seeds": sum(s["contaminated"] for s in stability),
@@ -417,7 +423,7 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
     metric, then per (split, variant) the row over all conventions (each metric Bonferroni over the conventions;
     the combined C_cont and verdict over every (convention, metric)); then auto's reading and the notes."""
     from zcp.probe.metrics import metric_label
-    from zcp.probe.report import c_cont_text
+    from zcp.probe.report import c_cont_text, void_lines
 
     multi = len(summary.get("seeds", [0])) > 1
 
@@ -425,6 +431,8 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
         return f"{m:.3f} ± {s:.3f}" if multi else f"{m:.3f}"
 
     def cc(r: dict[str, Any]) -> str:
+        if r.get("void"):
+            return "VOID"
         return f">{r['c_cont']:.3f}" if r.get("at_floor") else c_cont_text(r["c_cont"], r.get("c_cont_std", 0.0), multi)
 
     metrics = list(dict.fromkeys(r["metric"] for r in summary["results"]))
@@ -460,10 +468,11 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
         cells += [c_cont_text(v["c_cont"], 0.0, False), ("contaminated" if v["contaminated"] else "no evidence") + stab]
         lines.append("| " + " | ".join(cells) + " |")
     k = max((v.get("n_tests", 0) for v in summary["verdicts"]), default=0)
-    lines += ["", f"Combined: Bonferroni over every (pre-fill, metric) test (K = {k}), alpha = {summary['alpha']}; "
+    lines += ["", f"Combined: Bonferroni over every (pre-fill, metric) test not VOID (K = {k}), alpha = {summary['alpha']}; "
               "the **all** row's per-metric C_cont is that metric's Bonferroni over the pre-fills (in brackets the "
               "pre-fill with the smallest p). Each pre-fill's own run: its `conv-<name>/` directory. "
               "`>x`: Monte Carlo p at its floor."]
+    lines += void_lines(summary["convention_results"], by="convention")
     if summary.get("conventions"):
         lines += ["", "Pre-fills: " + "; ".join(f"`{c['name']}` = {json.dumps(c['prefill'])} (scored end "
                                                  f"{json.dumps(c['end'])})" for c in summary["conventions"]) + "."]

@@ -47,6 +47,17 @@ def overflow_text(overflow: Sequence[dict[str, Any]], policy: str, key: str = "d
             f"out whole, {rows} further rows left out")
 
 
+def void_lines(results: Sequence[dict[str, Any]], by: str = "") -> list[str]:
+    """table.md's lines naming each VOID metric and why (zcp.probe.void), left out of the combined verdict;
+    `by` names a field shown before the metric (a multi-convention run's `convention`)."""
+    out = []
+    for r in results:
+        if r.get("void"):
+            who = f"{r[by]} " if by else ""
+            out.append(f"- {r['split']}/{r['variant']} {who}{metric_label(r['metric'])}: VOID, {r['void']}")
+    return ["", "VOID metrics (reported, left out of the combined verdict):", *out] if out else []
+
+
 def format_table(summary: dict[str, Any], title: str | None = None) -> str:
     """Markdown table: one row per (split, variant); S_ref, S and C_cont per metric; then verdicts.
 
@@ -81,7 +92,8 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
             if r is None:
                 cells += ["–", "–", "–"]
                 continue
-            cells += [_pm(r["s_ref"], r["s_ref_std"], multi), _pm(r["s"], r["s_std"], multi), _c(r, multi)]
+            cells += [_pm(r["s_ref"], r["s_ref_std"], multi), _pm(r["s"], r["s_std"], multi),
+                      "VOID" if r.get("void") else _c(r, multi)]
         v = verdict.get((split, variant))
         if v:
             stab = f" (stability: {v['stability_contaminated_seeds']}/{len(v['per_seed'])} seeds)" if multi else ""
@@ -94,7 +106,8 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
             + (", reference-draw share" if summary.get("reference_draws") == "per_seed" else "")
             + "); each C_cont is that of one test over all reference draws. " if multi else "")
     lines += ["", note + f"Tests: {', '.join(sorted({r['test'] for r in results}))}; combined: Bonferroni over the "
-              f"metrics, alpha = {summary['alpha']}. `>x`: Monte Carlo p at its floor 1/(B+1)."]
+              f"metrics not VOID, alpha = {summary['alpha']}. `>x`: Monte Carlo p at its floor 1/(B+1)."]
+    lines += void_lines(results)
     left = [coverage_text(c) for c in summary.get("datasets", []) if c.get("left_out")]
     if left:
         lines += ["", "Items left out (listed in summary.json): " + "; ".join(left) + "."]

@@ -75,7 +75,8 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     out = run_dir(plain, "detect", job.data.name, mc.display_name(), extra=weights)
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
                               test=job.stats.test, reference_draws=job.stats.reference_draws,
-                              chunk_size=job.run.chunk_size, progress=job.run.progress,
+                              void_malformed=job.stats.void_malformed, chunk_size=job.run.chunk_size,
+                              progress=job.run.progress,
                               chunk_seconds=job.run.chunk_seconds, chunk_first=job.run.chunk_first,
                               on_overflow=job.data.on_overflow)
     probe = probe_config(cfg.probe, cfg.model)
