@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zcp-installed
 
-.PHONY: setup demo test test-all test-engines test-launch real-model lint bench clean
+.PHONY: setup demo test test-all test-engines test-launch real-model test-real lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ REAL_MODEL_ARGS ?=
 real-model: $(STAMP)
 	$(PY) -c 'import gguf' 2>/dev/null || $(PY) -m pip install -q -e '.[real]'
 	$(PY) scripts/get_real_model.py --name smollm2-135m $(REAL_MODEL_ARGS)
+
+# Opt-in real-model suite (tests/real_model/, ignored unless ZCP_REAL_MODEL=1): SmolLM2-135M-Instruct from zcp's cache
+# (converted first by real-model when missing) through model=smollm2-135m: provenance, the ChatML template rendering
+# the probe, and run_build_data + run_detect on 8 GSM8K test items with p_first/p_all. Timings printed (-s).
+test-real: real-model
+	ZCP_REAL_MODEL=1 WANDB_MODE=disabled $(PY) -m pytest -q -s tests/real_model
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
