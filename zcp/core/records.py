@@ -72,6 +72,7 @@ class RecordStore:
         self._index: dict[Hashable, Record] = {}
         self.torn = 0  # torn last lines dropped by the last read (0 or 1)
         self.clean = True  # the last read found every line whole and the file ending in a newline
+        self.mismatched = 0  # records the last `load`'s `expect` dropped
 
     # ------------------------------------------------------------------------------ reading
     def read(self) -> list[Record]:
@@ -110,15 +111,33 @@ class RecordStore:
             seen.setdefault(self.key(r), r)
         return list(seen.values())
 
-    def load(self, keep: Callable[[list[Record]], list[Record]] | None = None) -> list[Record]:
+    def load(self, keep: Callable[[list[Record]], list[Record]] | None = None, *,
+             expect: Callable[[Record], str | None] | None = None) -> list[Record]:
         """The finished records, with the file repaired for appending; they become `records`.
 
-        Reads the file (`read`), keeps the first record of each key (`unique`), then what `keep` returns of
-        those (the caller's rule, e.g. only finished blocks; default: all). When that dropped a record, or the
-        file had a torn last line or lacked its final newline, the file is rewritten atomically with the kept
-        records, so the next append starts on a clean line and a rerun reads the same."""
+        Reads the file (`read`), drops the records `expect` finds a reason against (the caller's check that a
+        record was made as planned, e.g. a detection record's prompt hash, convention and answer end against its
+        unit's, `zcp.probe.planned`: a record of another configuration under the same key is not this run's, and
+        dropping it before `unique` lets a right later copy stand; counted in `mismatched`, logged with the first
+        reason), keeps the first record of each key (`unique`), then what `keep` returns of those (the caller's
+        rule, e.g. only finished blocks; default: all). When that dropped a record, or the file had a torn last
+        line or lacked its final newline, the file is rewritten atomically with the kept records, so the next
+        append starts on a clean line, the dropped units are probed again and a rerun reads the same."""
         rows = self.read()
-        kept = self.unique(rows)
+        self.mismatched = 0
+        if expect is not None:
+            reasons = [expect(r) for r in rows]
+            bad = [w for w in reasons if w is not None]
+            if bad:
+                self.mismatched = len(bad)
+                log.warning("%s: %d record(s) not made as this run plans them, dropped and probed again (e.g. %s)",
+                            self.path, len(bad), bad[0])
+                rows_kept = [r for r, w in zip(rows, reasons, strict=True) if w is None]
+            else:
+                rows_kept = rows
+        else:
+            rows_kept = rows
+        kept = self.unique(rows_kept)
         if keep is not None:
             kept = keep(kept)
         if self.torn:

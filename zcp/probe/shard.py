@@ -42,6 +42,7 @@ from zcp.probe.detect import (
     RECORDS,
     DetectDataset,
     DetectSettings,
+    _cut,
     _fingerprint,
     _key,
     _log_plan,
@@ -51,6 +52,7 @@ from zcp.probe.detect import (
     plan_units,
     write_results,
 )
+from zcp.probe.planned import planned_fields, unit_mismatch
 from zcp.probe.prompts import ProbeConfig, prompt_rendering
 
 log = logging.getLogger(__name__)
@@ -217,6 +219,21 @@ def _read_shard(out: Path, i: int, n: int, source: str, order: dict[tuple[str, s
     return meta, list(unique.values())
 
 
+def _merge_plan(datasets: list[DetectDataset], probe: ProbeConfig, meta: dict[str, Any]
+                ) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+    """What each unit's record must carry (`zcp.probe.planned`), known without the model: the units as the
+    datasets give them, cut as shard 0's plan says (data.on_overflow=truncate, in its shard.json `overflow`), the
+    zero-CoT prompt pre-filled or not as its `rendering` says (`probe_mode`)."""
+    cuts: dict[tuple[str, str, str, int], int] = {}
+    for o in meta.get("overflow") or []:
+        action = str(o.get("action", ""))
+        if action.startswith("truncated "):
+            cuts[(o["split"], o["variant"], o["original_id"], int(o["draw"]))] = int(action.split()[1])
+    units = [(k, _cut(it, cuts.get(k, 0))) for ds in datasets for k, it in ds.work()]
+    mode = (meta.get("rendering") or {}).get("probe_mode")
+    return planned_fields(units, None, probe, prefill=mode == "prefill" if mode else probe.mode != "api")
+
+
 def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | Path, settings: DetectSettings, *,
                  source: str, tracker: Any = None, extra: dict[str, Any] | None = None, title: str | None = None,
                  on_ready: Any = None) -> dict[str, Any]:
@@ -244,6 +261,13 @@ def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | P
                     raise RunDirError(f"run.shard=merge: shard {i}/{n} is still running ({shard_dir(out, i, n)} is "
                                       "locked); wait for it to finish, then merge") from None
             meta, recs = _read_shard(out, i, n, source, order, owner, metas[0] if metas else None)
+            if not metas:
+                check = unit_mismatch(_merge_plan(datasets, probe, meta))
+            why = next((w for w in map(check, recs) if w is not None), None)
+            if why is not None:
+                raise RunDirError(f"run.shard=merge: shard {i}/{n} ({shard_dir(out, i, n)}) holds records not made "
+                                  f"as this command plans them ({why}); delete {shard_dir(out, i, n)} and run the "
+                                  f"same command with run.shard={i}/{n}, then merge")
             metas.append(meta)
             records += recs
         first = metas[0]
