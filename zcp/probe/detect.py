@@ -31,6 +31,7 @@ from zcp.probe import normalised  # noqa: F401 - registers p_first_norm / p_all_
 from zcp.probe.control import CONTROL, compare_with_control, control_markdown
 from zcp.probe.cost import PassTimer, format_seconds, measured, plan_cost
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
+from zcp.probe.planned import planned_fields, unit_mismatch
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
 from zcp.probe.stats import TestResult, c_cont, paired_test, pooled_mc_pvalue
 from zcp.probe.void import combine_valid, mark_void
@@ -377,7 +378,7 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     # kept once. Each chunk's fsync runs while the next chunk is probed (`sync_behind`): a killed run still loses
     # at most the chunk in flight
     store = RecordStore(out / RECORDS, key=_key, sync_behind=True)
-    existing = store.load()
+    existing = store.load(expect=unit_mismatch(planned_fields(units, backend, probe)))  # foreign rows: re-probed
     done = set(store.keys())
     todo = [(k, it) for k, it in units if k not in done]
     if existing:
