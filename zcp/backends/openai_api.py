@@ -33,6 +33,7 @@ from typing import Any
 from zcp.backends.base import GenerationRequest, Prompt, ScoreRequest, ScoreResult
 from zcp.backends.tokenized import TokenizedBackend, postprocess
 from zcp.core.io import stable_hash, write_json
+from zcp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ class OpenAIBackend(TokenizedBackend):
                  seed: int | None = 0, chat_template_kwargs: dict[str, Any] | None = None, chat: bool = True,
                  max_length: int | None = None) -> None:
         import openai
-
-        from zcp.errors import ConfigError
 
         if endpoint not in ("chat", "completions"):
             raise ConfigError(f"model.api.endpoint={endpoint!r}: must be chat or completions")
@@ -154,7 +153,19 @@ class OpenAIBackend(TokenizedBackend):
         api = self._client.chat.completions if kind == "chat" else self._client.completions
         known = {"model", "messages", "prompt", "max_tokens", "temperature", "stop", "seed", "echo", "logprobs"}
         extra = {k: v for k, v in body.items() if k not in known}
-        resp = api.create(**{k: v for k, v in body.items() if k in known}, **({"extra_body": extra} if extra else {}))
+        import openai
+
+        try:
+            resp = api.create(**{k: v for k, v in body.items() if k in known},
+                              **({"extra_body": extra} if extra else {}))
+        except openai.APIConnectionError as e:  # no server there (refused, unreachable, timed out), after retries
+            # one line naming the URL and what failed; never the key (in no message of this module)
+            url = self.base_url or "https://api.openai.com/v1"
+            what = "timed out" if isinstance(e, openai.APITimeoutError) else "could not connect"
+            raise ConfigError(f"model.api.base_url={url}: no OpenAI-compatible server answers ({what} after "
+                              f"{self._client.max_retries} retries, model.api.max_retries); start the server or "
+                              "fix model.api.base_url (requests already answered are cached: a rerun resumes)"
+                              ) from None
         self.requests_sent += 1
         out = resp.model_dump() if hasattr(resp, "model_dump") else dict(resp)
         if path is not None:

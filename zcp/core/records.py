@@ -20,6 +20,8 @@ The serialisation is the projects' JSONL everywhere: `json.dumps(row, ensure_asc
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -29,13 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from zcp.core.io import naming_write_errors
-from zcp.errors import DataError
+from zcp.errors import DataError, RunDirError
 
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 KeyFn = Callable[[Record], Hashable]
 
+
+# errnos of a write that mean the disk, not the program (a full disk or quota, a file larger than the file system or
+# ulimit allows, an I/O error, a read-only or forbidden file): one line saying what the records file keeps
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EACCES}
 
 _encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(row, ensure_ascii=False), without a new encoder per row
 
@@ -176,7 +182,7 @@ class RecordStore:
         if not rows:
             return
         text = "".join(_line(r) for r in rows)
-        with naming_write_errors(self.path):
+        with self._kept_on_error(), naming_write_errors(self.path):
             self.wait()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
@@ -189,6 +195,21 @@ class RecordStore:
                 self._syncing.start()
         for r in rows:
             self._add(r)
+
+    @contextlib.contextmanager
+    def _kept_on_error(self) -> Iterator[None]:
+        """A disk error while writing (`DISK_ERRNOS`: a full disk, a file too large, an I/O error, ...) as one line
+        (RunDirError: exit 2 at an entry point) naming the file, the error and how many records the file keeps; a
+        rerun resumes from them (`load` drops what the failed write left of its batch)."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in DISK_ERRNOS:
+                raise
+            name = errno.errorcode.get(e.errno or 0, str(e.errno))
+            raise RunDirError(f"writing {self.path} failed: {e.strerror or e} (OSError {e.errno} {name}); "
+                              f"{len(self.records)} records kept there, the batch in flight lost; free space (or fix "
+                              "the disk) and run the same command again: a rerun resumes") from e
 
     def wait(self) -> None:
         """Wait for the background sync of the last batch (`sync_behind`), raising its error (naming the file)."""
