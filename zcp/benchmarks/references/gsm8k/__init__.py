@@ -51,11 +51,19 @@ question's round numbers. So:
   reach, other than its own), so that the references' leading-digit distribution, item-averaged as the
   test averages them, equals the originals'; near digits first. Where the draws cannot balance a digit,
   items with it are left out under ``special_cases="drop"`` (kept, unbalanced, under "keep").
+- **The answer's last digit**: a reference answer keeps the original's last-digit class (`last_digit_class`:
+  a multiple of 10 / ends in 5 / other; clean models favour round and 5-ending numbers). A two-digit answer
+  ending in 5 (35) cannot keep its leading digit too, so it goes by `lead_transport` like a one-digit one.
+- **Topped-up items**: an item with fewer than m draws in its class takes the rest from draws that keep
+  everything but the leading digit, their digits chosen in the same `lead_transport` (`top_up`).
 - **The question's structure**: equal question numbers are one variable and move together, and no new
-  equality appears; the builder takes only draws with as many round question numbers as the original
-  (`structure="require"`); draws whose answer equals / starts like a question number as the original's
-  does come first (`_pick`), and what the items cannot keep of these two is balanced over the benchmark
-  (`balance_structure`, swapping draws of the same target).
+  equality appears (a new value may take the old value of another number that moves too); the builder takes
+  only draws (`structure="require"`, `_Cand.clean`) with as many round question numbers as the original and
+  whose answer equals / starts like a question number, and equals / starts like the question's last number,
+  exactly when the original's does; what is left over is balanced over the benchmark (`balance_structure`).
+- **Numbers tied outside the chain** (`program._ties`): "n of m", "3 out of her 10 friends", "the first four
+  houses" of "5 houses" keep the part below the whole; where the question names the rest as one ("the fifth
+  house") the whole stays the part + 1 (solved for when the chain leaves it free, else checked per draw).
 - **Special cases** (`special_case_reasons`, and what the draws show): an answer of 0, 1, 10, 100 or
   1000, equal question numbers that fix the answer, an item no valid draw keeps the answer's form for
   (a round answer with no round alternative), or keeps it together with the question's round numbers.
@@ -76,6 +84,7 @@ from zcp.benchmarks.references.gsm8k.answer_class import (
     is_special,
     keeps_answer_class,
     keeps_answer_form,
+    last_digit_class,
     significant_lead,
 )
 from zcp.benchmarks.references.gsm8k.builder import (
@@ -91,6 +100,7 @@ from zcp.benchmarks.references.gsm8k.pool import (
     choose_draws,
     collect_draws,
     perturb_gsm8k,
+    top_up,
 )
 from zcp.benchmarks.references.gsm8k.quantities import (
     article_for,
@@ -129,6 +139,7 @@ __all__ = [
     "is_special",
     "keeps_answer_class",
     "keeps_answer_form",
+    "last_digit_class",
     "lead_transport",
     "parse_chain",
     "perturb_gsm8k",
@@ -136,4 +147,5 @@ __all__ = [
     "scan_impossible_quantities",
     "significant_lead",
     "special_case_reasons",
+    "top_up",
 ]

@@ -74,7 +74,9 @@ def build_gsm8k_references(items: Sequence[Item], m: int, seed: int = 0, special
     Every item's draws are collected first (`collect_draws`); the items whose leading digit must change
     (`DrawPool.lead_by_flow`) get their new digits from one `lead_transport` per class (one-digit, round
     two-digit, leading digit fixed by the program), and each item's draws are chosen without filling
-    (`choose_draws`, fill=False). `flagged`: ids of items that are special cases by rule
+    (`choose_draws`, fill=False); an item left with fewer than m draws in its answer's class is topped up with
+    draws of other leading digits, in the same transport (`top_up`). `flagged`: ids of items that are special
+    cases by rule
     (`special_case_reasons`) and were kept: their draws' metadata names the reasons. Special cases found
     here (no draw keeps the answer's form; a leading digit the transport cannot balance) are dropped (a
     rejection prefixed "special case (reference.special_cases=drop): ") or kept with flagged draws.
