@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zcp-installed
 
-.PHONY: setup demo test test-all test-engines test-launch real-model test-real lint bench clean
+.PHONY: setup demo test test-all test-engines test-launch real-model test-real lint bench bench-env clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,5 +78,24 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) scripts/bench_scoring.py
 
+# Bench-only venv `.venv-bench` for `scripts/bench_scoring.py --vs-lm-eval`: the project as in `setup`, then
+# lm-evaluation-harness constrained to the torch / transformers / tokenizers already there (so both sides of the
+# comparison run the same libraries). Never used by `make test`; nothing in it downloads a model.
+BENCH_VENV ?= .venv-bench
+LM_EVAL_SPEC ?= lm-eval==0.4.13
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.zcp-bench-installed
+
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install -q --upgrade pip
+	$(BENCH_PY) -m pip install -q $(TORCH_SPEC)
+	$(BENCH_PY) -m pip install -q -e '.[dev]'
+	$(BENCH_PY) -m pip freeze | grep -iE '^(torch|transformers|tokenizers)==' > $(BENCH_VENV)/pins.txt
+	$(BENCH_PY) -m pip install -q -c $(BENCH_VENV)/pins.txt $(LM_EVAL_SPEC)
+	touch $(BENCH_STAMP)
+
+bench-env: $(BENCH_STAMP)
+
 clean:
-	rm -rf $(VENV) $(ENGINES_VENV) outputs multirun wandb
+	rm -rf $(VENV) $(ENGINES_VENV) $(BENCH_VENV) outputs multirun wandb

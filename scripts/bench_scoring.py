@@ -36,6 +36,7 @@ phase's marginal ms per unit: where the host work between the forward and the wh
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import time
@@ -46,7 +47,7 @@ from typing import Any
 import torch
 
 from zcp.backends.base import Prompt, ScoreRequest
-from zcp.backends.hf import HFBackend
+from zcp.backends.hf import HFBackend, padded_length
 from zcp.core.machine import cpu_split, git_commit, machine_state
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
@@ -515,10 +516,246 @@ def phases(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# --vs-lm-eval: the probe's score requests through lm-evaluation-harness's HFLM and through zcp, same process.
+LM_EVAL_TARGET = 1.0  # zcp units/s over lm-eval's, median of the runs, per model
+LOGPROB_TOLERANCE = 1e-4  # |sum of continuation log-probs, zcp - lm-eval| per request, checked before any timing
+REAL_MODEL = "smollm2-135m-instruct"  # the real model's folder under <zcp cache>/models (`make real-model`)
+VS_SIDES = ("lm_eval", "zcp_score", "zcp_probe")
+
+
+def vs_models(given: Sequence[str]) -> dict[str, str]:
+    """name -> model folder for --vs-lm-eval: the folders given (--model, each named by its folder), else the shipped
+    base model and SmolLM2-135M-Instruct from the zcp cache (`zcp.core.cache`; left out, with a line saying how to
+    get it, when `make real-model` has not made it on this machine)."""
+    from zcp.config import asset_path
+    from zcp.core.cache import FETCH_COMMAND, MODELS_SUBDIR, cache_dir
+
+    if given:
+        return {Path(p).name: str(p) for p in given}
+    models = {"shipped": str(asset_path("base_model"))}
+    real = cache_dir() / MODELS_SUBDIR / REAL_MODEL
+    if real.is_dir():
+        models["smollm2-135m"] = str(real)
+    else:
+        print(f"{real} is absent: {REAL_MODEL} left out (`{FETCH_COMMAND}` makes it)", flush=True)
+    return models
+
+
+class LmEvalSide:
+    """lm-evaluation-harness's HFLM over an already loaded model and tokenizer (nothing read from a hub), used as an
+    lm-eval user would: contexts rendered with `HFLM.apply_chat_template` (add_generation_prompt) plus the probe's
+    pre-filled assistant prefix, pairs encoded by `HFLM._encode_pair` (context and context + continuation
+    tokenised whole, the continuation's ids = the whole's after the context's), scored by `HFLM.loglikelihood` on
+    `Instance`s in batches of `batch_size` rows (lm-eval's own length-sorted batching)."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int) -> None:
+        from lm_eval.api.instance import Instance
+        from lm_eval.models.huggingface import HFLM
+
+        self._instance = Instance
+        self.lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+
+    def contexts(self, prompts: Sequence[Prompt]) -> list[str]:
+        """Each prompt's context as lm-eval renders it: the chat template, then the assistant prefix."""
+        out = []
+        for p in prompts:
+            chat = ([{"role": "system", "content": p.system}] if p.system else []) + [{"role": "user", "content": p.user}]
+            out.append(self.lm.apply_chat_template(chat, add_generation_prompt=True) + p.assistant_prefix)
+        return out
+
+    def encode(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """(context ids, continuation ids) of each pair as `loglikelihood` tokenises it."""
+        return [tuple(map(list, self.lm._encode_pair(c, x))) for c, x in pairs]  # type: ignore[misc]
+
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Sum of the continuation's log-probs for each (context, continuation), through `HFLM.loglikelihood`."""
+        reqs = [self._instance(request_type="loglikelihood", doc={}, arguments=pair, idx=i)
+                for i, pair in enumerate(pairs)]
+        return [ll for ll, _ in self.lm.loglikelihood(reqs, disable_tqdm=True)]
+
+
+def vs_pairs(contexts: Sequence[str], requests: Sequence[ScoreRequest]) -> list[tuple[str, str]]:
+    """lm-eval's (context, continuation) arguments: the rendered prompt and the request's continuation (the gold
+    answer and the end the probe scores, e.g. "42}")."""
+    if len(contexts) != len(requests):
+        raise ValueError(f"{len(contexts)} contexts for {len(requests)} requests")
+    return [(c, r.continuation) for c, r in zip(contexts, requests, strict=True)]
+
+
+def token_mismatches(zcp_enc: Sequence[Any], lm_enc: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[int]:
+    """Indices of the requests whose (prompt ids, continuation ids) differ between zcp (`encode_for_scoring`) and
+    lm-eval (`LmEvalSide.encode`): a timing of different token ids would compare different computations."""
+    return [i for i, (z, (c, x)) in enumerate(zip(zcp_enc, lm_enc, strict=True))
+            if list(z.prompt_ids) != list(c) or list(z.continuation_ids) != list(x)]
+
+
+def logprob_gap(zcp_sums: Sequence[float], lm_sums: Sequence[float]) -> float:
+    """The largest |zcp - lm-eval| over the requests' sums of continuation log-probs."""
+    if len(zcp_sums) != len(lm_sums) or not zcp_sums:
+        raise ValueError(f"{len(zcp_sums)} zcp sums against {len(lm_sums)} lm-eval sums")
+    return max(abs(a - b) for a, b in zip(zcp_sums, lm_sums, strict=True))
+
+
+def vs_run_figures(n: int, seconds: dict[str, float]) -> dict[str, float]:
+    """One run's figures from each side's wall seconds on the same n units: units/s per side and each zcp side's
+    ratio to lm-eval (zcp units/s / lm-eval units/s, i.e. lm-eval's seconds / zcp's)."""
+    fig = {f"{side}_units_per_s": n / seconds[side] for side in seconds}
+    fig.update({f"{side}_s": seconds[side] for side in seconds})
+    for side in seconds:
+        if side != "lm_eval":
+            fig[f"ratio_{side}"] = seconds["lm_eval"] / seconds[side]
+    return fig
+
+
+def vs_summary(runs: Sequence[dict[str, float]], target: float = LM_EVAL_TARGET) -> dict[str, Any]:
+    """Median of every figure over the runs, and for each ratio whether its median meets `target`."""
+    import statistics
+
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    return {"median": med, "met": {k: med[k] >= target for k in med if k.startswith("ratio_")}}
+
+
+def _sides_order(run: int) -> list[str]:
+    """The order the sides run in on run `run` (0-based): rotated each run, so no side always follows another (a
+    warm cache, a busy spell of the shared machine that starts or ends mid-run)."""
+    k = run % len(VS_SIDES)
+    return [*VS_SIDES[k:], *VS_SIDES[:k]]
+
+
+def vs_lm_eval(args: argparse.Namespace, lm_side: Callable[[Any, Any, int], Any] | None = None) -> dict[str, Any]:
+    """zcp's scoring against lm-evaluation-harness's `HFLM.loglikelihood` on the same log-likelihood requests: the
+    probe's p_first/p_all score requests on `--n` items (context = the rendered zero-CoT prompt, continuation = the
+    gold answer + its end), for each model (`vs_models`), in this process.
+
+    First the check: both sides' token ids of every request (zcp's `encode_for_scoring`, lm-eval's `_encode_pair` on
+    its own rendering; their rendered texts too) must be the same, and their sums of continuation log-probs within
+    LOGPROB_TOLERANCE (the max difference is reported); otherwise the model's comparison stops there (no timing of
+    different computations). That pass also warms every side up. Then `--runs` runs, the three sides in a rotating
+    order within each (`_sides_order`), each timed once on all n units:
+
+    - `lm_eval`: render the contexts (`LmEvalSide.contexts`) and `HFLM.loglikelihood` (tokenising inside);
+    - `zcp_score`: `HFBackend.score` of the requests on a backend with empty render/token caches (so rendering and
+      tokenising count) over the same model object;
+    - `zcp_probe`: run_detect's scoring path (`zcp.probe.prompts.probe_items` on the items, p_first/p_all, in chunks
+      of `zcp.probe.detect.probe_block` units, as `collect_records` probes them; records' file writes and the
+      statistics are not in it) on such a fresh backend.
+
+    Both sides get the same rows per forward (`--batch-size`: lm-eval's batch_size; zcp's max_batch_size, with a
+    token budget of that many of the longest padded rows so the rows bind, not the budget) and the same torch threads
+    (one process). `lm_side` builds the lm-eval side (tests pass a stand-in); default `LmEvalSide`."""
+    import statistics
+
+    from zcp.config.groups import RunConfig
+    from zcp.core.items import Item
+    from zcp.probe.detect import probe_block
+    from zcp.probe.prompts import probe_items
+
+    build = lm_side or LmEvalSide
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = ProbeConfig(metrics=("p_first", "p_all"))
+    qa = _items(args.n)
+    items = [Item(f"q{i:05d}", q, a) for i, (q, a) in enumerate(qa)]
+    prompts, reqs = _probe_requests(args.n)
+    start = machine_state()
+    report: dict[str, Any] = {"units": args.n, "runs": args.runs, "batch_size": args.batch_size,
+                              "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "start": start,
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "target": LM_EVAL_TARGET,
+                              "tolerance": LOGPROB_TOLERANCE, "commit": git_commit(Path(__file__).resolve().parents[1]),
+                              "models": {}}
+    print(f"start {start['time_utc']} UTC, load average {start.get('loadavg')}; {args.n} units, batch size "
+          f"{args.batch_size}, torch threads {torch.get_num_threads()}", flush=True)
+    for name, path in vs_models(args.model_dirs).items():
+        loaded = HFBackend.from_pretrained(path, device="cpu", dtype="float32", max_batch_size=args.batch_size)
+        model, tok = loaded.model, loaded.tokenizer
+        lm = build(model, tok, args.batch_size)
+
+        enc = loaded.encode_for_scoring(reqs)
+        longest = max(padded_length(e.end, loaded.model_positions()) for e in enc)
+        budget = args.batch_size * longest
+
+        mask: dict[str, bool | None] = {"free": None}
+
+        def fresh(model: Any = model, tok: Any = tok, budget: int = budget, mask: dict = mask) -> HFBackend:
+            """A backend with empty caches over the loaded model; the mask decision of the check's backend (made
+            once in a backend's life, on its first padded batch) carried over, so runs do not each re-make it."""
+            be = HFBackend(model, tok, max_batch_size=args.batch_size, max_batch_tokens=budget)
+            be._mask_free = mask["free"]
+            return be
+
+        entry: dict[str, Any] = {"path": path, "params": sum(p.numel() for p in model.parameters()),
+                                 "vocab": len(tok), "prompt_tokens_mean": statistics.fmean(e.start for e in enc),
+                                 "continuation_tokens_mean": statistics.fmean(len(e.continuation_ids) for e in enc)}
+        report["models"][name] = entry
+        contexts = lm.contexts(prompts)
+        rendered = loaded.render_all(prompts)
+        entry["rendering_mismatches"] = sum(a != b for a, b in zip(contexts, rendered, strict=True))
+        pairs = vs_pairs(contexts, reqs)
+        bad = token_mismatches(enc, lm.encode(pairs))
+        entry["token_mismatches"] = len(bad)
+        lm_sums = lm.loglikelihood(pairs)
+        scorer = fresh()
+        zcp_sums = [sum(r.token_logprobs) for r in scorer.score(reqs)]
+        entry["mask_free"] = mask["free"] = scorer.mask_free
+        recs = probe_items(fresh(), items, cfg)
+        probe_sums = [math.log(r["p_all"]) * r["n_answer_tokens"] for r in recs]
+        entry["max_abs_logprob_diff"] = logprob_gap(zcp_sums, lm_sums)
+        entry["max_abs_logprob_diff_probe"] = logprob_gap(probe_sums, lm_sums)
+        print(f"{name} ({entry['params'] / 1e6:.1f}M params, vocab {entry['vocab']}, prompt "
+              f"{entry['prompt_tokens_mean']:.1f} + continuation {entry['continuation_tokens_mean']:.2f} tokens on "
+              f"average): rendered texts differing {entry['rendering_mismatches']}, token ids differing "
+              f"{len(bad)} of {args.n}; max |sum log p| difference zcp score vs lm-eval "
+              f"{entry['max_abs_logprob_diff']:.2e}, probe path vs lm-eval {entry['max_abs_logprob_diff_probe']:.2e}",
+              flush=True)
+        if bad or entry["rendering_mismatches"] or max(entry["max_abs_logprob_diff"],
+                                                       entry["max_abs_logprob_diff_probe"]) > LOGPROB_TOLERANCE:
+            entry["error"] = "the two sides do not score the same computation: not timed"
+            print(f"  {entry['error']} (first differing requests: {bad[:5]})", flush=True)
+            continue
+        block = probe_block(scorer, RunConfig.chunk_size)
+
+        def run_side(side: str, block: int = block, lm: Any = lm, fresh: Callable[[], HFBackend] = fresh) -> float:
+            t = time.perf_counter()
+            if side == "lm_eval":
+                lm.loglikelihood(vs_pairs(lm.contexts(prompts), reqs))
+            elif side == "zcp_score":
+                fresh().score(reqs)
+            else:
+                be = fresh()
+                for k in range(0, len(items), block):
+                    probe_items(be, items[k : k + block], cfg)
+            return time.perf_counter() - t
+
+        runs = []
+        for r in range(args.runs):
+            secs = {side: run_side(side) for side in _sides_order(r)}
+            fig = vs_run_figures(args.n, {side: secs[side] for side in VS_SIDES})
+            runs.append(fig)
+            print(f"  run {r + 1}: lm-eval {fig['lm_eval_units_per_s']:7.1f} units/s, zcp score "
+                  f"{fig['zcp_score_units_per_s']:7.1f} ({fig['ratio_zcp_score']:.2f}x), zcp probe path "
+                  f"{fig['zcp_probe_units_per_s']:7.1f} ({fig['ratio_zcp_probe']:.2f}x)", flush=True)
+        entry.update(runs=runs, probe_block=block, **vs_summary(runs))
+        med = entry["median"]
+        print(f"  median of {args.runs}: zcp score / lm-eval {med['ratio_zcp_score']:.2f}x, zcp probe path / lm-eval "
+              f"{med['ratio_zcp_probe']:.2f}x (target >= {LM_EVAL_TARGET}x)", flush=True)
+    end = machine_state()
+    report.update(end=end, cpu_split=cpu_split(start, end))
+    print(f"end {end['time_utc']} UTC, load average {end.get('loadavg')}; machine CPU time over the run: "
+          + ", ".join(f"{k} {v:.0%}" for k, v in report["cpu_split"].items()))
+    _write_report(args.json, report)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="units (default 500; --end-to-end, --bound, --phases: 5000)")
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", dest="model_dirs", action="append", default=[],
+                    help="a model folder (--vs-lm-eval: repeat for several; other modes: the last one)")
+    ap.add_argument("--vs-lm-eval", action="store_true",
+                    help="the probe's score requests through lm-evaluation-harness's HFLM.loglikelihood and zcp, "
+                         "interleaved in one process (needs lm-eval: `make bench-env`, then .venv-bench/bin/python)")
+    ap.add_argument("--batch-size", type=int, default=32, help="--vs-lm-eval: rows per forward, both sides")
+    ap.add_argument("--threads", type=int, default=None, help="--vs-lm-eval: torch threads (default: torch's)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--end-to-end", action="store_true", help="time whole evaluate/run_detect.py runs")
     ap.add_argument("--n-small", type=int, default=500, help="--end-to-end: units of the small run")
@@ -529,7 +766,8 @@ def main() -> None:
     ap.add_argument("--model-scale", type=int, default=1, help="--end-to-end: the shipped model's (or --model's) "
                                                                  "run_detect and raw forward on this many times --n "
                                                                  "and --n-small units")
-    ap.add_argument("--runs", type=int, default=1, help="--end-to-end: runs of each model (all printed, median used)")
+    ap.add_argument("--runs", type=int, default=None, help="--end-to-end, --phases, --vs-lm-eval: runs of each model "
+                                                            "(all printed, median used; default 1, --vs-lm-eval 3)")
     ap.add_argument("--small-model", action="store_true",
                     help="--end-to-end: also a 2 x 96 Llama built here (forward ~0.25 ms per unit)")
     ap.add_argument("--json", default=None, help="--end-to-end: write the figures here (e.g. "
@@ -550,8 +788,14 @@ def main() -> None:
         _phases_child(sys.argv[2:])
         return
     args = ap.parse_args()
+    args.model = args.model_dirs[-1] if args.model_dirs else None
+    if args.runs is None:
+        args.runs = 3 if args.vs_lm_eval else 1
     if args.n is None:
         args.n = 5000 if args.end_to_end or args.bound or args.phases else 500
+    if args.vs_lm_eval:
+        vs_lm_eval(args)
+        return
     if args.phases:
         phases(args)
         return
