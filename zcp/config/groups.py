@@ -391,6 +391,9 @@ class ProbeGroupConfig:
     answer_suffix: str | None = None  # null: derived from zero_cot_prefix (zcp.probe.prompts.answer_end)
     zero_cot_max_tokens: int = 32
     full_cot_max_tokens: int = 512
+    # p_first/p_all score the gold answer as written after the pre-fill (exact) or with and without a leading space
+    # (both: zcp.probe.prompts.spaced_scores)
+    answer_space: str = "exact"
     # the answer conventions probed: a name (probe = the line of zero_cot_prefix; hash, sentence, boxed, or one
     # registered in zcp.probe.conventions), a literal pre-fill ("Answer: "), a list of these, or auto
     prefill: Any = field(default=PROBE_CONVENTION, metadata={"schema": str | list[str]})
@@ -401,6 +404,7 @@ class ProbeGroupConfig:
         check_value(len(ms) >= 1 and not unknown_metrics(ms) and len(set(ms)) == len(ms), "probe.metrics",
                     ms, f"a non-empty list without repeats of {list(metric_names())}")
         check_value(self.mode in PROBE_MODES, "probe.mode", self.mode, f"one of {list(PROBE_MODES)}")
+        check_value(self.answer_space in ("exact", "both"), "probe.answer_space", self.answer_space, "exact or both")
         check_value(isinstance(self.zero_cot_prefix, str), "probe.zero_cot_prefix", self.zero_cot_prefix,
                     'a string: the text the zero-CoT answer is pre-filled after (e.g. "#### ")')
         self.prefill = check_prefill(self.prefill, self.zero_cot_prefix, self.answer_suffix, self.mode)

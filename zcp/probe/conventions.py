@@ -380,11 +380,14 @@ def answer_line_end(text: str, zero_cot_prefix: str = FINAL_ANSWER_PREFIX) -> in
 
 
 def full_cot_stop() -> tuple[str, ...]:
-    """The literal stop strings a full-CoT GenerationRequest carries so that it ends once the answer line is
-    complete (`answer_line_end`), within what literal stop strings can say: `\\nThe answer is: ` after an answer
-    stated as `#### N` (the restatement, MetaMathQA's `#### 3\\nThe answer is: 3`) cannot be one, since a model
-    that writes `The answer is: N` alone would lose its answer; nothing literal ends `#### N\\n` or a closed box's
-    line either (the answer varies), so this is empty and the criterion waits for a backend that takes a callable
-    or regular-expression stop (zcp.backends.hf stops on literal strings and the pre-filled box's close only).
+    """The literal stop strings of a full-CoT GenerationRequest: none.
+
+    `answer_line_end` is the criterion (stop once the first answer line is complete), but no literal string says
+    it: `#### N\\n` and a closed box's line hold the answer, which varies, and `\\nThe answer is: ` (the restatement
+    after `#### N`) would cut the answer of a model that writes `The answer is: N` alone. zcp.backends.hf stops on
+    literal strings and on the pre-filled box's close only, so the criterion waits for a backend stop that takes a
+    callable or a regular expression. Measured on SmolLM2-135M-Instruct (8 GSM8K test items, budget 512): 2,391
+    tokens generated, 2,375 with the criterion applied afterwards (0.7% saved): it ends with EOS right after its
+    answer line, and 3 of the 8 outputs loop to the budget without stating an answer at all.
     """
     return ()

@@ -75,7 +75,7 @@ from zcp.probe.detect import (
     detect,
     plan_units,
 )
-from zcp.probe.prompts import ProbeConfig, full_cot_prompt, prompt_rendering
+from zcp.probe.prompts import ProbeConfig, full_cot_prompt, full_cot_request, prompt_rendering
 from zcp.probe.stats import c_cont, combine_conventions
 
 log = logging.getLogger(__name__)
@@ -171,9 +171,9 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
     too_long: dict[str, int] = defaultdict(int)
     for name, (_, items) in sets.items():
         prompts = [full_cot_prompt(it.question, probe) for it in items]
-        for it, p, ok in zip(items, prompts, _fits(backend, prompts, budget), strict=True):
+        for it, ok in zip(items, _fits(backend, prompts, budget), strict=True):
             if ok:
-                plan.append((name, it, GenerationRequest(p, max_new_tokens=budget)))
+                plan.append((name, it, full_cot_request(it.question, probe)))
             else:
                 too_long[name] += 1
     unique = list(dict.fromkeys(r for _, _, r in plan))

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest
+from zcp.backends.base import Backend, GenerationRequest, Prompt, ScoreRequest, ScoreResult
 from zcp.core.answers import (
     BOX_OPENERS,
     FINAL_ANSWER_PREFIX,
@@ -41,6 +41,7 @@ from zcp.probe.conventions import (
     BOX_CONVENTIONS,
     answer_end,
     extract_after_prefill,
+    full_cot_stop,
     opens_group,
     read_full_cot,
     zero_cot_stop,
@@ -48,6 +49,7 @@ from zcp.probe.conventions import (
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, needing, unknown_metrics
 
 ZERO_COT_PREFIX = FINAL_ANSWER_PREFIX  # the answer line up to the brace (zcp.core.answers)
+ANSWER_SPACES = ("exact", "both")  # probe.answer_space: the gold answer scored as written, or with/without a space
 API_INSTRUCTION = (
     "Please ONLY put your final answer within \\boxed{} directly without any other content before or "
     "after it (e.g., reasoning or explanation)"
@@ -70,6 +72,9 @@ class ProbeConfig:
     api_instruction: str = API_INSTRUCTION
     zero_cot_max_tokens: int = 32
     full_cot_max_tokens: int = 512
+    # p_first/p_all of the gold answer as written right after the pre-fill (exact, today's score) or in both
+    # spellings, with and without a leading space (both: `spaced_scores`)
+    answer_space: str = "exact"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,6 +86,8 @@ class ProbeConfig:
             raise ValueError(f"probe.mode must be auto, prefill or api, not {self.mode!r}")
         if self.answer_suffix is not None and not isinstance(self.answer_suffix, str):
             raise ValueError(f"probe.answer_suffix must be null or a string, not {self.answer_suffix!r}")
+        if self.answer_space not in ANSWER_SPACES:
+            raise ValueError(f"probe.answer_space must be one of {list(ANSWER_SPACES)}, not {self.answer_space!r}")
 
 
 def scored_suffix(cfg: ProbeConfig) -> str:
@@ -99,6 +106,49 @@ def scored_continuation(answer: str, cfg: ProbeConfig) -> str:
     score requests, `positions_needed`, the truncation ablation's context fitting).
     """
     return answer + scored_suffix(cfg)
+
+
+def spaces_answer(cfg: ProbeConfig) -> bool:
+    """True when p_first/p_all score both spellings (`probe.answer_space=both`) and the pre-fill does not already
+    end with whitespace (after `#### ` the spaced spelling would be a second space: nothing to add)."""
+    return cfg.answer_space == "both" and not cfg.zero_cot_prefix[-1:].isspace()
+
+
+def _head(sc: ScoreResult) -> int:
+    """How many of a score's tokens up to the first that carries a visible character (1 when the backend does not
+    say its tokens): a tokenizer that writes the space as a token of its own (SmolLM2: " ", "1", "8", "}") gives 2."""
+    for i, t in enumerate(sc.tokens):
+        if t.strip(_BLANK_MARKS):
+            return i + 1
+    return 1
+
+
+# whitespace as tokenizers name it (`convert_ids_to_tokens`): byte-level BPE's space/newline/tab marks, sentencepiece's
+_BLANK_MARKS = " \t\n\r\u0120\u010a\u0109\u2581"
+
+
+def spaced_scores(exact: ScoreResult, spaced: ScoreResult) -> dict[str, Any]:
+    """p_first/p_all over the two spellings of the gold answer after the pre-fill, `18}` and ` 18}` (option (a)).
+
+    p_first = P(first token of `18}`) + P(first tokens of ` 18}` up to the first visible one): the probability that
+    the model starts the gold answer in either spelling. The two events are disjoint (their first tokens differ,
+    one starting with a space), and counting the space variant only up to its first visible character keeps a
+    space token of its own (SmolLM2) from adding the mass of every answer written after a space.
+    p_all = (P(`18}`) + P(` 18}`))^(1 / n), n the exact spelling's token count: the probability of the whole
+    answer in either spelling, per token as p_all is; with no mass on the space it is today's p_all exactly.
+    Chosen over (b), ending the pre-fill where the tokenizer wants it, because which spelling a model uses is
+    its own choice (16 of 32 SmolLM2 zero-CoT outputs start with a space after `\\boxed{`, 16 do not): scoring
+    both reads the model's answer whichever it picks, where one pre-fill would favour one half.
+    The fields say what was scored: `scored` (both continuations), `p_first_parts` and `p_all_parts` (per spelling:
+    its first-token probability, and its whole probability exp(sum log p)).
+    """
+    a, b = exact.token_logprobs, spaced.token_logprobs
+    first_a, first_b = math.exp(a[0]), math.exp(sum(b[: _head(spaced)]))
+    whole_a, whole_b = math.exp(sum(a)), math.exp(sum(b))
+    total = whole_a + whole_b
+    p_all = math.exp((math.log(total) if total > 0 else -math.inf) / len(a))
+    return {"p_first": min(1.0, first_a + first_b), "p_all": min(1.0, p_all), "answer_space": "both",
+            "p_first_parts": [first_a, first_b], "p_all_parts": [whole_a, whole_b]}
 
 
 def answer_score_requests(prompts: Sequence[Prompt], answers: Sequence[str], cfg: ProbeConfig) -> list[ScoreRequest]:
@@ -121,6 +171,14 @@ def zero_cot_prompt(question: str, cfg: ProbeConfig, prefill: bool = True) -> Pr
 def full_cot_prompt(question: str, cfg: ProbeConfig) -> Prompt:
     """The normal prompt: the model reasons as it likes and ends with \\boxed{}."""
     return Prompt(user=cfg.user_template.format(question=question) + cfg.full_cot_suffix, system=cfg.system)
+
+
+def full_cot_request(question: str, cfg: ProbeConfig) -> GenerationRequest:
+    """The full-CoT generation of one question: `full_cot_prompt`, `cfg.full_cot_max_tokens`, and the stop strings
+    of `zcp.probe.conventions.full_cot_stop` (one place for con's pass, the truncation ablation's CoTs and auto's
+    reading, so the same question is one request and one generation under every convention)."""
+    return GenerationRequest(full_cot_prompt(question, cfg), max_new_tokens=cfg.full_cot_max_tokens,
+                             stop=full_cot_stop())
 
 
 def prompt_rendering(backend: Backend, cfg: ProbeConfig, example: Item | None = None) -> dict[str, Any]:
@@ -218,10 +276,7 @@ def probe_items(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> li
             rec["convention"] = cfg.extra["convention"]
     _answer_metrics(backend, items, zprompts, recs, cfg, prefill)
     if needing(cfg.metrics, "full_cot"):
-        outs = backend.generate([
-            GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
-            for it in items
-        ])
+        outs = backend.generate([full_cot_request(it.question, cfg) for it in items])
         for rec, it, out in zip(recs, items, outs, strict=True):
             cot, read_in = read_full_cot(out)  # the box first, as ever; else `#### 42`, `The answer is: 42`, ...
             cot_malformed = not is_parsable(cot)
@@ -257,13 +312,21 @@ def _answer_metrics(backend: Backend, items: Sequence[Item], prompts: Sequence[P
             raise ValueError(f"{'/'.join(need)} need a backend with pre-fill and log-probabilities; "
                              f"use probe.metrics=[{','.join(others)}] for API models")
         suffix = scored_suffix(cfg)
-        scores = backend.score(answer_score_requests(prompts, [it.answer for it in items], cfg))
-        for rec, sc in zip(recs, scores, strict=True):
+        answers = [it.answer for it in items]
+        scores = backend.score(answer_score_requests(prompts, answers, cfg))
+        spaced = None
+        if spaces_answer(cfg):  # the same answers with a leading space, in one more score call
+            spaced = backend.score(answer_score_requests(prompts, [" " + a.lstrip() for a in answers], cfg))
+        for k, (rec, sc) in enumerate(zip(recs, scores, strict=True)):
             lps = sc.token_logprobs
             rec["n_answer_tokens"] = len(lps)
             rec["answer_suffix"] = suffix
-            rec["p_first"] = math.exp(lps[0])
-            rec["p_all"] = math.exp(sum(lps) / len(lps))
+            if spaced is None:
+                rec["p_first"] = math.exp(lps[0])
+                rec["p_all"] = math.exp(sum(lps) / len(lps))
+            else:
+                rec.update(spaced_scores(sc, spaced[k]))
+                rec["scored"] = [scored_continuation(answers[k], cfg), scored_continuation(" " + answers[k].lstrip(), cfg)]
     if needing(cfg.metrics, "generation"):
         # a box pre-fill stops where the box closes; a line convention (`#### `, `The answer is `) at the line's end
         box = prefill and opens_group(cfg.zero_cot_prefix)
@@ -357,8 +420,7 @@ def truncated_cot_prompt(question: str, reasoning: str, cfg: ProbeConfig) -> Pro
 
 def generate_cots(backend: Backend, items: Sequence[Item], cfg: ProbeConfig) -> list[str]:
     """The model's own greedy full-CoT output per item (full_cot_prompt, full_cot_max_tokens), one batch."""
-    return backend.generate([GenerationRequest(full_cot_prompt(it.question, cfg), max_new_tokens=cfg.full_cot_max_tokens)
-                             for it in items])
+    return backend.generate([full_cot_request(it.question, cfg) for it in items])
 
 
 def probe_truncated(backend: Backend, items: Sequence[Item], reasoning: Sequence[str], cfg: ProbeConfig
