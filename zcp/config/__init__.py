@@ -62,6 +62,10 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     entry = getattr(fn, "__module__", None) == "__main__"  # only an entry-point process, never a library caller
     verbose_flag = take_verbose_flag(sys.argv) if entry else False
+    if entry:  # Hydra's compose errors (a misspelt key without +) in one line, a -m sweep validated up front
+        from zcp.config.entry import guard_hydra_entry
+
+        guard_hydra_entry()
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

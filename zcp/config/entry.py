@@ -1,0 +1,146 @@
+"""Hydra's own errors at an entry point as the project's one line (exit 2), and a `-m` sweep validated at every
+point before its first job starts.
+
+Why here: `one_line_errors` wraps an entry's `main`, which Hydra calls only once the config is composed; a
+misspelt key without `+` (`probe.zero_cot_prefx=x`), an option of a config group that does not exist
+(`model=nosuch`) or an override Hydra cannot parse fail before, inside Hydra, which prints five lines and exits
+1. And a multirun runs its points one after the other (the basic launcher) or as cluster jobs (submitit): a bad
+value at the last point would be met only when that point's job starts, hours into a training sweep.
+`guard_hydra_entry` (called by `one_line_errors` for an entry point's main) wraps Hydra's two calls that see
+these: `run_and_report` (compose errors into one line) and `_run_hydra` (with `-m`, every point of the sweep
+composed and validated against the job's schema first, the first bad point refused naming its overrides).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_GUARDED = False
+
+
+def hydra_error_line(e: BaseException) -> str | None:
+    """One line for a Hydra composition error a user made (an unknown key, a missing config group option, an
+    override that does not parse), or None for anything else."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    from zcp.config.checks import unknown_key_message
+
+    if isinstance(e, MissingConfigException):
+        missing = str(e.missing_cfg_file or "")
+        group, _, name = missing.rpartition("/")
+        if group and e.options is not None:
+            options = [o for o in e.options if o != "schema"]  # the typed defaults, no choice of their own
+            return f"{group.replace('/', '.')}={name}: no such option of the config group {group}; choose from {options}"
+        return " ".join(str(e).split("\n\n")[0].split())
+    if isinstance(e, OverrideParseException):
+        return f"an override Hydra cannot parse: {' '.join(str(e).splitlines()[0].split())}"
+    if isinstance(e, ConfigCompositionException):
+        cause = e.__cause__
+        full_key = getattr(cause, "full_key", None)
+        parent = getattr(cause, "parent_node", None)
+        if full_key and parent is not None and "not in" in str(cause):
+            where, _, key = str(full_key).rpartition(".")
+            try:
+                known = [k for k in parent if not (not where and k == "hydra")]
+            except Exception:  # a node without keys: no did-you-mean
+                known = []
+            return unknown_key_message(where, key, known)
+        return " ".join(str(e).split())
+    return None
+
+
+def _one_line_exit(line: str) -> None:
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _sweep_points(overrides: list[str]) -> list[list[str]]:
+    """Every point of a `-m` sweep given on the command line (the basic sweeper's expansion, in its order)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+
+
+def validate_sweep(conf_dir: str | os.PathLike[str], config_name: str, overrides: list[str]) -> None:
+    """Compose every point of the sweep and validate it against the job's schema (`zcp.config.validate`, the job
+    named as its config); the first bad point exits 2 with one line naming it. Runs before any job starts."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from zcp.config import user_errors
+    from zcp.config.jobs import JOBS
+    from zcp.config.schemas import validate
+
+    try:
+        points = _sweep_points(overrides)
+    except Exception as e:  # a parse error is said in one line, anything else left to Hydra
+        line = hydra_error_line(e)
+        if line is None:
+            return
+        _one_line_exit(line)
+    if len(points) <= 1:
+        return
+    was = GlobalHydra.instance().is_initialized()
+    if was:  # never the case at an entry point before Hydra runs; a caller's own Hydra left alone
+        return
+    swept = [j for j in range(len(points[0])) if len({p[j] for p in points if len(p) > j}) > 1]
+    for k, point in enumerate(points, 1):  # named by the overrides the sweep varies
+        shown = [point[j] for j in swept if j < len(point)] or point
+        where = f"sweep point {k} of {len(points)} ({' '.join(shown)})"
+        try:
+            with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
+                cfg = compose(config_name=config_name, overrides=point)
+            if config_name in JOBS:
+                validate(cfg, job=config_name)
+        except user_errors() as e:
+            _one_line_exit(f"{where}: {' '.join(str(e).split())}")
+        except Exception as e:  # Hydra's compose errors in one line; any other left to the job itself
+            line = hydra_error_line(e)
+            if line is not None:
+                _one_line_exit(f"{where}: {line}")
+
+
+def guard_hydra_entry() -> None:
+    """Wrap Hydra's `run_and_report` (its compose errors as one line, exit 2) and `_run_hydra` (a `-m` sweep
+    validated at every point first) for this process: called by `one_line_errors` on an entry point's main.
+    `HYDRA_FULL_ERROR=1` keeps Hydra's own report."""
+    global _GUARDED
+    if _GUARDED or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return
+    import hydra._internal.utils as hydra_utils
+
+    main_module = sys.modules.get("hydra.main")
+    original_report: Callable[[Any], Any] = hydra_utils.run_and_report
+    original_run: Callable[..., Any] = hydra_utils._run_hydra
+
+    def run_and_report(func: Any) -> Any:
+        def guarded() -> Any:
+            try:
+                return func()
+            except Exception as e:
+                line = hydra_error_line(e)
+                if line is None:
+                    raise
+                _one_line_exit(line)
+
+        return original_report(guarded)
+
+    def run_hydra(*, args: Any, args_parser: Any, task_function: Any, config_path: str | None,
+                  config_name: str | None) -> None:
+        if getattr(args, "multirun", False) and config_path and config_name:
+            source = Path(inspect.getfile(inspect.unwrap(task_function))).parent
+            validate_sweep(source / config_path, config_name, list(args.overrides or []))
+        return original_run(args=args, args_parser=args_parser, task_function=task_function,
+                            config_path=config_path, config_name=config_name)
+
+    hydra_utils.run_and_report = run_and_report
+    if main_module is not None and getattr(main_module, "_run_hydra", None) is original_run:
+        main_module._run_hydra = run_hydra  # hydra.main calls it by the name it imported
+    _GUARDED = True
