@@ -196,3 +196,161 @@ def test_a_failed_phases_child_exits_non_zero(tmp_path):
            f"model.path={tmp_path / 'absent'}", f"data.path={tmp_path / 'absent.jsonl'}", "logger=none"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"})
     assert r.returncode != 0 and "PHASES" not in r.stdout
+
+
+# --vs-lm-eval: lm-evaluation-harness's HFLM against zcp on the same requests. The default suite has no lm-eval: its
+# orchestration is tested with a stand-in side that tokenises and scores by lm-eval's rule on its own (context and
+# context + continuation tokenised whole, the continuation = the whole's ids after the context's; a plain forward
+# with the log-softmax over the whole vocabulary), and the real HFLM only where lm_eval is importable.
+
+
+def test_vs_run_figures_are_units_per_second_and_ratios_to_lm_eval():
+    fig = bs.vs_run_figures(100, {"lm_eval": 10.0, "zcp_score": 8.0, "zcp_probe": 12.5})
+    assert fig["lm_eval_units_per_s"] == pytest.approx(10.0)
+    assert fig["zcp_score_units_per_s"] == pytest.approx(12.5)
+    assert fig["zcp_probe_units_per_s"] == pytest.approx(8.0)
+    assert fig["ratio_zcp_score"] == pytest.approx(1.25)  # zcp units/s over lm-eval's
+    assert fig["ratio_zcp_probe"] == pytest.approx(0.8)
+    assert "ratio_lm_eval" not in fig and fig["lm_eval_s"] == 10.0
+
+
+def test_vs_summary_takes_medians_and_judges_each_ratio_against_the_target():
+    runs = [bs.vs_run_figures(10, {"lm_eval": 1.0, "zcp_score": s, "zcp_probe": p})
+            for s, p in ((0.5, 2.0), (2.0, 0.9), (0.8, 1.1))]
+    out = bs.vs_summary(runs)
+    assert out["median"]["ratio_zcp_score"] == pytest.approx(1.25)  # of 2.0, 0.5, 1.25
+    assert out["median"]["ratio_zcp_probe"] == pytest.approx(1 / 1.1)
+    assert out["met"] == {"ratio_zcp_score": True, "ratio_zcp_probe": False}
+    assert bs.vs_summary(runs, target=1.3)["met"]["ratio_zcp_score"] is False
+
+
+def test_sides_rotate_so_each_runs_at_each_place_once_in_three_runs():
+    orders = [bs._sides_order(r) for r in range(3)]
+    assert all(sorted(o) == sorted(bs.VS_SIDES) for o in orders)
+    assert [{o[k] for o in orders} for k in range(3)] == [set(bs.VS_SIDES)] * 3
+    assert bs._sides_order(3) == orders[0]
+
+
+def test_vs_pairs_token_mismatches_and_logprob_gap():
+    from zcp.backends.base import Prompt, ScoreRequest
+    from zcp.backends.tokenized import ScoringEncoding
+
+    reqs = [ScoreRequest(Prompt("q1", "p{"), "42}"), ScoreRequest(Prompt("q2", "p{"), "7}")]
+    assert bs.vs_pairs(["ctx1", "ctx2"], reqs) == [("ctx1", "42}"), ("ctx2", "7}")]
+    with pytest.raises(ValueError):
+        bs.vs_pairs(["ctx1"], reqs)
+    enc = [ScoringEncoding((1, 2, 3), (4, 5)), ScoringEncoding((1, 2), (6,))]
+    assert bs.token_mismatches(enc, [([1, 2, 3], [4, 5]), ([1, 2], [6])]) == []
+    # the same row, cut elsewhere between context and continuation, is a mismatch too
+    assert bs.token_mismatches(enc, [([1, 2], [3, 4, 5]), ([1, 2], [7])]) == [0, 1]
+    assert bs.logprob_gap([-1.0, -2.5], [-1.00002, -2.4]) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        bs.logprob_gap([-1.0], [])
+
+
+def test_vs_models_are_the_given_folders_else_the_shipped_and_the_cached_real_model(tmp_path, monkeypatch, capsys):
+    from zcp.config import asset_path
+
+    assert bs.vs_models(["a/one", "b/two"]) == {"one": "a/one", "two": "b/two"}
+    monkeypatch.setenv("ZCP_CACHE", str(tmp_path))
+    assert bs.vs_models([]) == {"shipped": str(asset_path("base_model"))}
+    assert "make real-model" in capsys.readouterr().out
+    real = tmp_path / "models" / bs.REAL_MODEL
+    real.mkdir(parents=True)
+    assert bs.vs_models([]) == {"shipped": str(asset_path("base_model")), "smollm2-135m": str(real)}
+
+
+class _StandInSide:
+    """lm-eval's rule without lm-eval: the chat template + prefix, whole-then-split tokenisation (`shift` moves the
+    cut that many tokens into the context: a side tokenising otherwise), one plain forward per request."""
+
+    shift = 0
+
+    def __init__(self, model, tokenizer, batch_size):
+        self.model, self.tok, self.calls = model, tokenizer, 0
+
+    def contexts(self, prompts):
+        return [self.tok.apply_chat_template([{"role": "user", "content": p.user}], tokenize=False,
+                                             add_generation_prompt=True) + p.assistant_prefix for p in prompts]
+
+    def encode(self, pairs):
+        out = []
+        for c, x in pairs:
+            whole = self.tok.encode(c + x, add_special_tokens=False)
+            k = len(self.tok.encode(c, add_special_tokens=False)) + self.shift
+            out.append((whole[:k], whole[k:]))
+        return out
+
+    def loglikelihood(self, pairs):
+        import torch
+
+        self.calls += 1
+        sums = []
+        with torch.inference_mode():
+            for ctx, cont in self.encode(pairs):
+                lp = torch.log_softmax(self.model(torch.tensor([ctx + cont])).logits[0].float(), -1)
+                sums.append(sum(float(lp[len(ctx) - 1 + k, t]) for k, t in enumerate(cont)))
+        return sums
+
+
+def _vs_args(tmp_path, **kw):
+    import argparse
+
+    from zcp.config import asset_path
+
+    base = dict(n=12, runs=2, batch_size=4, threads=None, model_dirs=[str(asset_path("base_model"))],
+                json=str(tmp_path / "vs.json"))
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_vs_lm_eval_checks_agreement_then_times_the_sides_interleaved(tmp_path):
+    import json
+
+    sides = []
+
+    def build(model, tok, batch_size):
+        sides.append(_StandInSide(model, tok, batch_size))
+        return sides[-1]
+
+    report = bs.vs_lm_eval(_vs_args(tmp_path), lm_side=build)
+    (m,) = report["models"].values()
+    assert m["token_mismatches"] == 0 and m["rendering_mismatches"] == 0
+    assert m["max_abs_logprob_diff"] < bs.LOGPROB_TOLERANCE and m["max_abs_logprob_diff_probe"] < bs.LOGPROB_TOLERANCE
+    assert sides[0].calls == 1 + 2  # the check, then once per run
+    from zcp.config.groups import RunConfig
+
+    assert len(m["runs"]) == 2
+    assert m["probe_block"] == max(RunConfig.chunk_size, 4 * 4)  # run_detect's chunks at the default chunk size
+    for fig in m["runs"]:
+        assert fig["ratio_zcp_score"] == pytest.approx(fig["lm_eval_s"] / fig["zcp_score_s"])
+        assert fig["zcp_probe_units_per_s"] == pytest.approx(12 / fig["zcp_probe_s"])
+    assert m["median"]["ratio_zcp_probe"] == pytest.approx(
+        sorted(f["ratio_zcp_probe"] for f in m["runs"])[0] / 2 + sorted(f["ratio_zcp_probe"] for f in m["runs"])[1] / 2)
+    assert json.loads((tmp_path / "vs.json").read_text())["models"].keys() == report["models"].keys()
+    assert report["batch_size"] == 4 and report["units"] == 12
+
+
+def test_vs_lm_eval_does_not_time_sides_that_score_other_token_ids(tmp_path):
+    class Shifted(_StandInSide):
+        shift = 1  # the continuation's first token moved into the context
+
+    report = bs.vs_lm_eval(_vs_args(tmp_path, runs=1), lm_side=Shifted)
+    (m,) = report["models"].values()
+    assert m["token_mismatches"] == 12
+    assert "error" in m and "runs" not in m
+
+
+def test_lm_eval_side_scores_the_same_token_ids_and_log_probs_as_zcp():
+    pytest.importorskip("lm_eval")
+    from zcp.backends.hf import HFBackend
+    from zcp.config import asset_path
+
+    prompts, reqs = bs._probe_requests(10)
+    be = HFBackend.from_pretrained(asset_path("base_model"), device="cpu", dtype="float32", max_batch_size=4)
+    side = bs.LmEvalSide(be.model, be.tokenizer, 4)
+    contexts = side.contexts(prompts)
+    assert contexts == be.render_all(prompts)
+    pairs = bs.vs_pairs(contexts, reqs)
+    assert bs.token_mismatches(be.encode_for_scoring(reqs), side.encode(pairs)) == []
+    zcp = [sum(r.token_logprobs) for r in be.score(reqs)]
+    assert bs.logprob_gap(zcp, side.loglikelihood(pairs)) < bs.LOGPROB_TOLERANCE
