@@ -9,6 +9,8 @@ only rows of one bucket (batch invariance), so this ratio includes that cost.
         --json outputs/bench/scoring_e2e.json
     .venv/bin/python scripts/bench_scoring.py --bound [--n 5000] [--repeats 5] [--json FILE]
     .venv/bin/python scripts/bench_scoring.py --phases [--small-model --small-scale 4] [--runs 3] [--json FILE]
+    .venv-bench/bin/python scripts/bench_scoring.py --vs-lm-eval [--model DIR ...] [--runs 3] [--n N] \
+        [--batch-size 32] [--threads T] [--json FILE]          # after `make bench-env`
 
 Targets: batched >= 3x the one-item loop, and >= 0.8x the raw forward. Default model: the shipped
 base model (zcp/assets/base_model) if present, else a tiny Llama built here.
@@ -31,6 +33,11 @@ default threads and at one, and the two host steps no run can skip (the chat tem
 
 --phases times run_detect's phases in-process (a wall timer around each, `PHASES`) at the two sizes and reports each
 phase's marginal ms per unit: where the host work between the forward and the whole run goes.
+
+--vs-lm-eval puts the same log-likelihood requests (the probe's p_first/p_all score requests) through
+lm-evaluation-harness's `HFLM.loglikelihood` and through zcp's scoring, in one process, interleaved, after checking
+that both score the same token ids to the same log-probs (`vs_lm_eval`); target: zcp >= 1.0x lm-eval's units/s.
+Default models: the shipped one and SmolLM2-135M-Instruct from the zcp cache (`make real-model`).
 """
 
 from __future__ import annotations
@@ -650,6 +657,12 @@ def vs_lm_eval(args: argparse.Namespace, lm_side: Callable[[Any, Any, int], Any]
     from zcp.probe.detect import probe_block
     from zcp.probe.prompts import probe_items
 
+    if lm_side is None:
+        import importlib.util
+
+        if importlib.util.find_spec("lm_eval") is None:
+            raise SystemExit("--vs-lm-eval needs lm-eval, which this Python lacks: `make bench-env`, then run "
+                             "this script with .venv-bench/bin/python")
     build = lm_side or LmEvalSide
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -354,3 +354,13 @@ def test_lm_eval_side_scores_the_same_token_ids_and_log_probs_as_zcp():
     assert bs.token_mismatches(be.encode_for_scoring(reqs), side.encode(pairs)) == []
     zcp = [sum(r.token_logprobs) for r in be.score(reqs)]
     assert bs.logprob_gap(zcp, side.loglikelihood(pairs)) < bs.LOGPROB_TOLERANCE
+
+
+def test_vs_lm_eval_without_lm_eval_says_how_to_get_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    with pytest.raises(SystemExit, match="make bench-env"):
+        bs.vs_lm_eval(_vs_args(tmp_path))
+    assert not (tmp_path / "vs.json").exists()
