@@ -73,10 +73,8 @@ class RunConfig:
     chunk_size: int = 64  # the default: chunks sized by work (chunk_seconds); any other value: units per chunk
     progress: bool = True
     shard: str | None = None  # null: one process | "i/n" (0 <= i < n; a string, as Hydra reads 3/8) | merge
-    # At the default chunk_size: the first chunk_first units are timed (the cost plan's ETA, zcp.probe.cost), then
-    # each chunk holds the units that take about chunk_seconds at that rate (at most the backend's block)
-    chunk_seconds: float = 30.0
-    chunk_first: int = 8
+    chunk_seconds: float = 30.0  # default chunk_size: measured seconds of work per chunk after the first (zcp.probe.cost)
+    chunk_first: int = 8  # default chunk_size: units of the first chunk, timed for the cost plan's ETA
 
     def __post_init__(self) -> None:
         check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
