@@ -244,15 +244,15 @@ def _pick(pools: dict[int, list[_Cand]], keys: Sequence[int], balance: int, pool
     equal to / starting like a question number kept), then the running roundness balance of the item's
     draws (`balance`: round question numbers gained so far), then the key's rank. A draw whose rewritten
     item fails a check (`_make_reference`) is discarded and the next one taken. `clean_only`: only a draw
-    that keeps the balance at 0."""
+    that keeps the answer's coincidences with the question's numbers and the roundness balance at 0."""
     an = pool.analysis
     assert an is not None
     while True:
         best, where = None, None
         for rank, k in enumerate(keys):
             for idx, c in enumerate(pools.get(k, ())):
-                if clean_only and balance + c.round_delta:
-                    continue
+                if clean_only and (balance + c.round_delta or c.mismatch[0] or c.mismatch[1]):
+                    continue  # `_Cand.clean` (the coincidences with the question's numbers kept), in balance
                 score = (c.mismatch[0], c.mismatch[1], abs(balance + c.round_delta), rank, idx)
                 if best is None or score < best:
                     best, where = score, (k, idx)
