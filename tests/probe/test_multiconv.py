@@ -227,3 +227,40 @@ def test_the_sample_size_study_refuses_records_of_several_conventions(tmp_path):
     problem = detection_records_problem(tmp_path / "records.jsonl")
     assert problem is not None and "2 answer conventions (hash, probe)" in problem and "conv-<name>" in problem
     assert detection_records_problem(tmp_path / "conv-hash" / "records.jsonl") is None
+
+
+def test_auto_primary_is_read_from_the_neutral_set_only(tmp_path):
+    """C's originals end on `#### N` (a leak may change how a model ends benchmark items), the neutral set on
+    `The answer is N.`: the primary is `sentence`, whatever the benchmark shows; its own verdict is reported."""
+    datasets, memorised, truth = toy_datasets()
+    neutral = neutral_items(AutoPrefillConfig(neutral_n=6))
+    styles = {**{it.question: "hash" for it in datasets[0].originals}, **{it.question: "sentence" for it in neutral}}
+    fb = ConventionBackend(memorised, leak="#### ", truth=truth, cot_styles=styles)
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(), AutoPrefillConfig(neutral_n=6, always=[]), SETTINGS)
+    assert reading["primary"] == "sentence" and "6 of 6 neutral" in reading["primary_why"]
+    assert reading["sets"]["C"]["ends"]["hash"] == 12 and "sentence" in reading["chosen"]
+    s = detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path, SETTINGS, prefill="auto",
+                       auto=AutoPrefillConfig(neutral_n=6, always=[]))
+    v = _verdicts(s)["C"]
+    assert v["primary"]["convention"] == "sentence" and "p_all" in v["primary"]["metrics"]
+    assert "primary `The answer is N.`" in (tmp_path / "table.md").read_text()
+    # no neutral set: the probe's line
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(), AutoPrefillConfig(neutral_n=0, always=[]), SETTINGS)
+    assert reading["primary"] == "probe" and not reading["warnings"]
+
+
+def test_auto_warns_when_few_outputs_fit_and_names_the_budget_that_fits():
+    datasets, memorised, truth = toy_datasets()
+
+    class Counting(ConventionBackend):
+        context_length = 600
+
+        def count_tokens(self, prompts, texts=()):  # a token per character of the question
+            return [len(p.user) for p in prompts], [len(t) for t in texts]
+
+    fb = Counting(memorised, leak=PROBE_LINE, truth=truth)
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(full_cot_max_tokens=590), AutoPrefillConfig(neutral_n=4),
+                                  SETTINGS)
+    assert reading["sets"]["C"]["read"] == 0 and reading["warnings"]
+    longest = max(len(it.question) for it in datasets[0].originals)
+    assert f"probe.full_cot_max_tokens={600 - longest}" in reading["warnings"][0]

@@ -61,7 +61,10 @@ def test_run_detect_probes_each_listed_convention_and_the_did_per_convention(wor
         assert json.loads((out / f"conv-{name}" / "summary.json").read_text())["convention"]["prefill"] == prefix
     on_disk = json.loads((out / "summary.json").read_text())
     (v,) = on_disk["verdicts"]
-    assert v["n_tests"] == 2 * 4 and set(v["conventions"]) == {"probe", "hash"}
+    # every answer of the toy model is malformed: acc and con are VOID under both pre-fills (zcp.probe.void)
+    kept = [r for r in on_disk["convention_results"] if not r.get("void")]
+    assert len(on_disk["convention_results"]) == 2 * 4 and {r["metric"] for r in kept} == {"p_first", "p_all"}
+    assert v["n_tests"] == len(kept) == 4 and set(v["conventions"]) == {"probe", "hash"}
     # the base model is the audited model: exactly no DiD under either pre-fill, one verdict over both
     did = on_disk["did"]
     assert set(did["per_convention"]) == {"probe", "hash"}

@@ -142,12 +142,30 @@ def neutral_items(auto: Any, exclude_questions: Collection[str] = ()) -> list[It
     return [it for it in items if it.question not in exclude_questions][:n]
 
 
-def _fits(backend: Backend, prompts: list[Any], budget: int) -> list[bool]:
-    """Whether each full-CoT prompt plus its budget fits the model's context (all, when that is unknown)."""
+MIN_READ = 10  # auto: fewer full-CoT outputs read than this on a set (all, if it has fewer items) is warned about
+
+
+def _fits(backend: Backend, prompts: list[Any], budget: int) -> tuple[list[bool], int | None]:
+    """Whether each full-CoT prompt plus its budget fits the model's context (all, when that is unknown), and the
+    largest full-CoT budget with which every prompt would fit (None when unknown)."""
     if not prompts or not backend.counts_tokens or not backend.context_length:
-        return [True] * len(prompts)
+        return [True] * len(prompts), None
     counts = backend.count_tokens(prompts)[0]
-    return [c + budget <= backend.context_length for c in counts]
+    return [c + budget <= backend.context_length for c in counts], backend.context_length - max(counts)
+
+
+def primary_convention(per_set: Mapping[str, Mapping[str, Any]], candidates: Sequence[str]) -> tuple[str, str]:
+    """auto's primary convention and why: the one ending most of the NEUTRAL set's outputs (ties: table order,
+    `probe` first), never read from the audited benchmark, whose outputs a contaminated model may end otherwise;
+    `probe` when no neutral output states an answer in any convention (or there is no neutral set)."""
+    neutral = [s for s in per_set.values() if s["kind"] == "neutral" and s["read"]]
+    if not neutral:
+        return PROBE, "no neutral output read: the probe's line"
+    ends = neutral[0]["ends"]
+    best = max(candidates, key=lambda c: (ends.get(c, 0), -candidates.index(c)))
+    if not ends.get(best, 0):
+        return PROBE, "no neutral output states an answer: the probe's line"
+    return best, f"ends {ends[best]} of {neutral[0]['read']} neutral outputs (the most)"
 
 
 def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, auto: Any,
@@ -169,9 +187,11 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
     budget = probe.full_cot_max_tokens
     plan: list[tuple[str, Item, GenerationRequest]] = []
     too_long: dict[str, int] = defaultdict(int)
+    fitting: dict[str, int | None] = {}
     for name, (_, items) in sets.items():
         prompts = [full_cot_prompt(it.question, probe) for it in items]
-        for it, ok in zip(items, _fits(backend, prompts, budget), strict=True):
+        fits, fitting[name] = _fits(backend, prompts, budget)
+        for it, ok in zip(items, fits, strict=True):
             if ok:
                 plan.append((name, it, full_cot_request(it.question, probe)))
             else:
@@ -205,6 +225,7 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
         per_set[name] = {"kind": kind, "n": len(items), "read": n_read, "too_long": too_long.get(name, 0),
                          "ends": counts[name],
                          "shares": {c: (k / n_read if n_read else 0.0) for c, k in counts[name].items()}}
+    primary, primary_why = primary_convention(per_set, [c.name for c in candidates])
     chosen, why = [PROBE], {PROBE: "always (the probe's own line)"}
     for c in candidates:
         if c.name == PROBE:
@@ -217,13 +238,22 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
         if c.name not in chosen and all(c.prefill != o.prefill for o in candidates if o.name in chosen):
             chosen.append(c.name)
             why[c.name] = "probe.auto.always"
+    if primary not in chosen:
+        chosen.append(primary)
+        why[primary] = "primary: " + primary_why
     order = [c.name for c in candidates]  # table order (literals of probe.auto.always last): one run key per set
     chosen.sort(key=lambda n: order.index(n) if n in order else len(order))
+    warnings = [f"auto read {s['read']} of {s['n']} full-CoT outputs on {name} ({s['too_long']} too long for the "
+                f"model's context at probe.full_cot_max_tokens={budget}"
+                + (f"; every prompt fits at probe.full_cot_max_tokens={fitting[name]}" if fitting.get(name) else "")
+                + "): its reading rests on few outputs"
+                for name, s in per_set.items() if s["read"] < min(MIN_READ, s["n"])]
     neutral_source = (f"{auto.neutral_path} (first {auto.neutral_n})" if auto.neutral_path else
                       f"zcp.benchmarks.wordproblems, seed {auto.neutral_seed}, {len(neutral)} items")
     reading = {"min_share": share, "always": list(getattr(auto, "always", []) or []),
                "candidates": [c.name for c in candidates], "sets": per_set, "chosen": chosen,
-               "why": why, "neutral": neutral_source if neutral else None, "full_cot_max_tokens": budget}
+               "why": why, "neutral": neutral_source if neutral else None, "full_cot_max_tokens": budget,
+               "primary": primary, "primary_why": primary_why, "warnings": warnings}
     return reading, rows
 
 
@@ -238,7 +268,7 @@ def _std(xs: Sequence[float]) -> float:
 
 
 def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequence[Resolved],
-                      settings: DetectSettings) -> dict[str, Any]:
+                      settings: DetectSettings, primary: str | None = None) -> dict[str, Any]:
     """The combined statistics of a multi-convention run from each convention's summary.json.
 
     `convention_results`: every row, with its `convention`; `results`: per (split, variant, metric) the metric
@@ -283,6 +313,9 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
                          if (r["split"], r["variant"]) == key and len(r.get("per_seed", [])) > j
                          and not r.get("void")} for c in names}
             stability.append(combine_conventions(table, settings.alpha))
+        if primary in by_conv:  # auto's primary convention's own verdict (its metrics; reported beside the one)
+            verdict["primary"] = {"convention": primary,
+                                  **combine_conventions({primary: _p_table(by_conv, key)[primary]}, settings.alpha)}
         verdicts.append({"split": key[0], "variant": key[1], **verdict,
                          "stability_contaminated_seeds": sum(s["contaminated"] for s in stability),
                          "per_seed": stability})
@@ -336,6 +369,8 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
         conventions = [candidates[n] for n in reading["chosen"]]
         log.info("auto: probing %s (%s)", ", ".join(c.name for c in conventions),
                  "; ".join(f"{k}: {v}" for k, v in reading["why"].items()))
+        for w in reading["warnings"]:
+            log.warning("%s", w)
     probes = {c.name: convention_probe(probe, c) for c in conventions}
     for c in conventions:  # every convention's units fit, and leave something to test, before anything is written
         units, _ = plan_units(memo, datasets, probes[c.name], settings)
@@ -352,7 +387,7 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
                                        title=f"{title or 'ZCP'} — pre-fill {c.label}")
         names = [c.name for c in conventions]
         first = summaries[names[0]]
-        combined = combine_summaries(summaries, conventions, settings)
+        combined = combine_summaries(summaries, conventions, settings, (reading or {}).get("primary"))
         example = next((ds.originals[0] for ds in datasets if ds.originals), None)
         conv_info = []
         for c in conventions:
@@ -467,6 +502,12 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
         stab = f" (stability: {v['stability_contaminated_seeds']}/{len(v['per_seed'])} seeds)" if multi else ""
         cells += [c_cont_text(v["c_cont"], 0.0, False), ("contaminated" if v["contaminated"] else "no evidence") + stab]
         lines.append("| " + " | ".join(cells) + " |")
+        pv = v.get("primary")
+        if pv:
+            cells = [split, variant, f"primary `{labels.get(pv['convention'], pv['convention'])}`", ""]
+            cells += ["", "", ""] * len(metrics)
+            cells += [c_cont_text(pv["c_cont"], 0.0, False), "contaminated" if pv["contaminated"] else "no evidence"]
+            lines.append("| " + " | ".join(cells) + " |")
     k = max((v.get("n_tests", 0) for v in summary["verdicts"]), default=0)
     lines += ["", f"Combined: Bonferroni over every (pre-fill, metric) test not VOID (K = {k}), alpha = {summary['alpha']}; "
               "the **all** row's per-metric C_cont is that metric's Bonferroni over the pre-fills (in brackets the "
@@ -489,6 +530,10 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
             lines.append(f"| {name} | {s['read']} | " + " | ".join(str(s["ends"].get(c, 0)) for c in cand)
                          + f" | {s['ends'].get('none', 0)} |")
         lines += ["", "Chosen: " + ", ".join(f"`{c}` ({reading['why'][c]})" for c in reading["chosen"]) + "."]
+        if reading.get("primary"):
+            lines += ["", f"Primary (read from the neutral set only): `{reading['primary']}`, {reading['primary_why']}."]
+        for w in reading.get("warnings") or []:
+            lines += ["", f"**Warning**: {w}."]
     gen = summary.get("full_cot_generation") or {}
     if gen.get("reused"):
         lines += ["", f"Full-CoT outputs: {gen['generated']} generated, {gen['reused']} requests served again "
