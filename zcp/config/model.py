@@ -14,6 +14,7 @@ loads. Model configs outside the group (ArithMark's `model:`, reference generato
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -281,3 +282,131 @@ def check_model_path(path: Any, key: str = "model.path") -> None:
                           f"`{FETCH_COMMAND}` (or python scripts/get_real_model.py --name {real})")
     if not _HUB_ID.match(str(path)) or str(path).startswith((".", "/", "~")):
         raise ConfigError(f"{key}={path}: no such folder, and not a hub id of the form org/name")
+
+
+# ------------------------------------------------------------------------------------------ a model folder's files
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
+ADAPTER_WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token",
+                  "additional_special_tokens")
+
+
+def _json_file(p: Path, name: str, key: str, path: Any) -> Any:
+    """The JSON in folder `p`'s file `name`, or a one-line ConfigError naming the file and what is wrong with it."""
+    f = p / name
+    if f.is_dir():
+        raise ConfigError(f"{key}={path}: {name} is a directory, not a file")
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{key}={path}: {name} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+                          ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}={path}: {name} is not UTF-8 text (not a JSON file)") from None
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: {name} cannot be read ({e.strerror or e})") from None
+
+
+def check_model_files(path: Any, key: str = "model.path") -> None:
+    """`check_model_path`, then, for a local folder, its files (`check_model_folder`): what a job that loads the
+    model from the folder (run_detect's model.path and base_model.path) checks before the first model loads."""
+    check_model_path(path, key)
+    p = Path(str(path)).expanduser()
+    if p.is_dir():
+        check_model_folder(p, key, path)
+
+
+def check_model_folder(p: Path, key: str = "model.path", path: Any = None) -> None:
+    """A local model folder's files, checked before any model loads (each a one-line ConfigError naming the file
+    and the problem, instead of a loader's traceback after minutes): config.json a file of valid JSON holding an
+    object, weights there (*.safetensors or pytorch_model*.bin, or their index) and a tokenizer (tokenizer.json,
+    tokenizer.model, vocab.json, ...; tokenizer_config.json, when there, valid JSON). An adapter folder
+    (adapter_config.json, no config.json): its config and adapter weights. A key naming a tokenizer folder
+    (model.api.tokenizer) needs no weights. Whether config.json matches the weights is known only by loading."""
+    path = p if path is None else path
+    if not (p / "config.json").exists():  # a PEFT adapter folder
+        if not isinstance(_json_file(p, "adapter_config.json", key, path), dict):
+            raise ConfigError(f"{key}={path}: adapter_config.json holds no JSON object")
+        if not any((p / f).is_file() for f in ADAPTER_WEIGHT_FILES):
+            raise ConfigError(f"{key}={path}: no adapter weights in the folder (no {' or '.join(ADAPTER_WEIGHT_FILES)})")
+        return
+    if not isinstance(_json_file(p, "config.json", key, path), dict):
+        raise ConfigError(f"{key}={path}: config.json holds no JSON object (not a transformers model config)")
+    if not key.endswith("tokenizer") and not any(f.is_file() for pat in WEIGHT_FILES for f in p.glob(pat)):
+        raise ConfigError(f"{key}={path}: no weights in the folder (no *.safetensors or pytorch_model*.bin); "
+                          "copy the model's weight files there")
+    if not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"{key}={path}: no tokenizer in the folder (no {', '.join(TOKENIZER_FILES)}); save the "
+                          "model's tokenizer there (tokenizer.save_pretrained)")
+    if (p / "tokenizer_config.json").exists():
+        _json_file(p, "tokenizer_config.json", key, path)
+
+
+def _token_text(v: Any) -> Any:
+    if isinstance(v, dict):  # an AddedToken as saved: {"content": ..., ...}
+        return v.get("content")
+    if isinstance(v, list):
+        return [_token_text(x) for x in v]
+    return v
+
+
+def tokenizer_parts(p: str | Path) -> dict[str, Any]:
+    """What decides how a folder's tokenizer turns a prompt into ids, read from its files (no tokenizer loaded):
+    vocabulary, merges, added tokens, pre-tokenisation, special tokens and chat template."""
+    import hashlib
+
+    d = Path(p)
+    parts: dict[str, Any] = {}
+    if (d / "tokenizer.json").is_file():
+        t = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+        model = t.get("model") or {}
+        parts["vocabulary"] = model.get("vocab")
+        parts["merges"] = model.get("merges")
+        parts["added tokens"] = sorted((a.get("id"), a.get("content"), bool(a.get("special")))
+                                       for a in t.get("added_tokens") or [])
+        parts["normalisation and pre-tokenisation"] = [t.get("normalizer"), t.get("pre_tokenizer")]
+    for name in ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model"):
+        if (d / name).is_file():
+            parts[name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    conf: dict[str, Any] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (d / name).is_file():
+            loaded = json.loads((d / name).read_text(encoding="utf-8"))
+            conf.update(loaded if isinstance(loaded, dict) else {})
+    parts["special tokens"] = {k: _token_text(conf.get(k)) for k in SPECIAL_TOKENS}
+    template = conf.get("chat_template")
+    if template is None and (d / "chat_template.jinja").is_file():
+        template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+    if template is None and (d / "chat_template.json").is_file():
+        template = json.loads((d / "chat_template.json").read_text(encoding="utf-8")).get("chat_template")
+    parts["chat template"] = template
+    return parts
+
+
+def tokenizer_differences(a: str | Path, b: str | Path, chat: bool = True) -> list[str]:
+    """What differs between two model folders' tokenizers (`tokenizer_parts`; the chat template only when it is
+    rendered, `chat`); [] when they turn every prompt into the same ids."""
+    pa, pb = tokenizer_parts(a), tokenizer_parts(b)
+    names = [n for n in dict.fromkeys([*pa, *pb]) if chat or n != "chat template"]
+    return [n for n in names if pa.get(n) != pb.get(n)]
+
+
+def check_same_tokenizer(model_path: Any, base_path: Any, chat: bool = True) -> None:
+    """ConfigError (one line) when the base model's tokenizer (base_model.path) is not the audited model's
+    (model.path): a difference-in-differences compares the two models' scores of the same prompts as the same
+    token ids; with another vocabulary, merges, special tokens or chat template the two probes differ by
+    construction. Local folders only (a hub id is checked by nothing here)."""
+    a, b = Path(str(model_path)).expanduser(), Path(str(base_path)).expanduser()
+    if not (a.is_dir() and b.is_dir()):
+        return
+    try:
+        diff = tokenizer_differences(a, b, chat)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"base_model.path={base_path}: its tokenizer files cannot be compared with model.path's "
+                          f"({' '.join(str(e).split())})") from None
+    if diff:
+        raise ConfigError(f"base_model.path={base_path}: its tokenizer differs from model.path={model_path}'s "
+                          f"({', '.join(diff)}); the DiD compares both models on the same prompts as the same token "
+                          "ids: give the base model the audited model's tokenizer files"
+                          + (" (or model.chat=false for a chat template alone)" if diff == ["chat template"] else ""))

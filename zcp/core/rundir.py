@@ -29,6 +29,34 @@ from zcp.errors import ConfigError, DataError, RunDirError
 RUN_FINGERPRINT = "run_fingerprint.json"  # what a run directory was made from: {"job", "fingerprint", "made_of"}
 
 
+def check_run_dir_usable(path: str | os.PathLike[str], key: str = "output_dir") -> None:
+    """RunDirError (one line) unless a job can use `path` as its run directory, checked before any model loads:
+    not a file, not (in) a symlink loop, and not held by a running job (its `RunLock`: the holder is named).
+
+    The job takes the lock itself later, when it writes; this early look saves loading a model for minutes only
+    to be refused (a second run starting within that load is still refused by the lock, after it)."""
+    import errno
+
+    from zcp.core.io import RunLock
+
+    d = Path(path)
+    try:
+        os.stat(d)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"{key}={d}: a symlink loop (the path's links point at one another); use another "
+                              f"{key}") from None
+        if e.errno == errno.ENOTDIR:
+            raise RunDirError(f"{key}={d}: a part of the path is a file, not a directory; use another {key}"
+                              ) from None
+        return  # not there yet: the job makes it
+    if not d.is_dir():
+        raise RunDirError(f"{key}={d} is a file, not a directory; use another {key}")
+    if (d / ".lock").exists():
+        with RunLock(d):  # refuses at once, naming the holder, when another run holds the directory
+            pass
+
+
 def fingerprint_of(made_of: dict[str, Any]) -> str:
     """The fingerprint of what a run is made from (16 hex digits of the canonical JSON of `made_of`)."""
     return stable_hash(json.dumps(made_of, sort_keys=True, default=str), 16)

@@ -44,7 +44,9 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     """
     from zcp.backends.registry import build_backend
     from zcp.config import run_dir, save_config, to_dict, validate
+    from zcp.config.model import check_model_files
     from zcp.core.io import model_fingerprint, seed_everything
+    from zcp.core.rundir import check_run_dir_usable
     from zcp.core.tracking import Tracker
     from zcp.errors import ConfigError
 
@@ -65,6 +67,10 @@ def run_detect(cfg: Any) -> dict[str, Any]:
 
     mc = job.model
     check_paths(mc)  # before anything is read or loaded
+    if mc.backend != "openai":  # the folders' files too (config.json, weights, tokenizer): one line, not a traceback
+        check_model_files(mc.path, "model.path")
+        if mc.adapter:
+            check_model_files(mc.adapter, "model.adapter")
     base_mc = base_model_config(job.base_model, mc)  # base_model.path: checked here too; None: no DiD
     local = mc.backend != "openai"  # a served model has no local weights to fingerprint
     weights = {"model": model_fingerprint(mc.path) if local else None,
@@ -73,6 +79,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     # nor are probe.prefill / probe.auto where they change no record (a default run keeps its directory)
     plain = without_default_prefill(without_shard(without_null_base(cfg)))
     out = run_dir(plain, "detect", job.data.name, mc.display_name(), extra=weights)
+    check_run_dir_usable(out)  # a file, a symlink loop or a directory another run holds: refused before any load
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
                               test=job.stats.test, reference_draws=job.stats.reference_draws,
                               void_malformed=job.stats.void_malformed, chunk_size=job.run.chunk_size,
