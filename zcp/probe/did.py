@@ -41,8 +41,7 @@ from zcp.probe.detect import (
 )
 from zcp.probe.metrics import metric_label, metric_value
 from zcp.probe.report import c_cont_text
-from zcp.probe.stats import TestResult, c_cont, paired_test, pooled_mc_pvalue
-from zcp.probe.void import combine_valid, void_map
+from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
 
 DID_TEST = "within-item permutation of per-version model - base differences"
 
@@ -149,17 +148,13 @@ def did_rows(model_records: Sequence[dict[str, Any]], base_records: Sequence[dic
     return rows
 
 
-def did_verdicts(rows: Sequence[dict[str, Any]], alpha: float,
-                 void: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
+def did_verdicts(rows: Sequence[dict[str, Any]], alpha: float) -> list[dict[str, Any]]:
     """Per (split, variant): Bonferroni over the metrics' DiD p-values at `alpha` (zcp.probe.stats.combine);
-    `contaminated` means the model's gap exceeds the base model's. Metrics VOID in the audited run (`void`, from
-    zcp.probe.void.void_map of its results) are left out, as in its own verdict (`combine_valid`)."""
+    `contaminated` means the model's gap exceeds the base model's."""
     groups: dict[tuple[str, str], dict[str, float]] = {}
     for r in rows:
         groups.setdefault((r["split"], r.get("variant", ORIGINAL)), {})[r["metric"]] = r["p_value"]
-    off = void or {}
-    return [{"split": split, "variant": variant, **combine_valid(ps, off.get((split, variant), {}), alpha)}
-            for (split, variant), ps in groups.items()]
+    return [{"split": split, "variant": variant, **combine(ps, alpha)} for (split, variant), ps in groups.items()]
 
 
 def did_markdown(rows: Sequence[dict[str, Any]], *, label: str = "ft", model_title: str = "FT",
@@ -300,7 +295,7 @@ def detect_did(base_mc: Any, datasets: Sequence[Any], probe: Any, out: Path, set
     free_memory()
     rows = did_rows(list(read_jsonl(Path(out) / RECORDS)), list(read_jsonl(base_out / RECORDS)),
                     [ds.split for ds in datasets], list(probe.metrics), settings, label="model")
-    verdicts = did_verdicts(rows, settings.alpha, void_map(summary.get("results", [])))
+    verdicts = did_verdicts(rows, settings.alpha)
     md = did_markdown(rows, label="model", model_title="model", variant_column=True, verdicts=verdicts)
     head = (f"### Difference-in-differences: {summary.get('model')} against its base model {name}\n\n"
             "Per item: the model's gap (S - S_ref) minus the base model's on the same units; the test: H1 the "
