@@ -67,3 +67,17 @@ def test_table_says_void_and_why():
     out = analyse(_records(), ["acc", "p_all"], DetectSettings(seeds=[0], bootstrap_samples=200))
     md = format_table({**out, "alpha": 0.05, "seeds": [0]})
     assert "| VOID |" in md and "D/original Acc: VOID, S = S_ref = 0" in md
+
+
+def test_the_did_verdict_leaves_out_the_audited_runs_void_metrics():
+    from zcp.probe.did import did_verdicts
+    from zcp.probe.void import void_map
+
+    rows = [{"split": "D", "variant": "original", "metric": "acc", "p_value": 0.001},
+            {"split": "D", "variant": "original", "metric": "p_all", "p_value": 0.2}]
+    (plain,) = did_verdicts(rows, 0.05)
+    assert plain["contaminated"] and plain["driving_metric"] == "acc"
+    audited = [{"split": "D", "variant": "original", "metric": "acc", "void": "S = S_ref = 0"},
+               {"split": "D", "variant": "original", "metric": "p_all"}]
+    (v,) = did_verdicts(rows, 0.05, void_map(audited))
+    assert not v["contaminated"] and v["metrics"] == ["p_all"] and v["p_value"] == 0.2 and "acc" in v["void"]

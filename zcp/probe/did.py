@@ -41,7 +41,8 @@ from zcp.probe.detect import (
 )
 from zcp.probe.metrics import metric_label, metric_value
 from zcp.probe.report import c_cont_text
-from zcp.probe.stats import TestResult, c_cont, combine, paired_test, pooled_mc_pvalue
+from zcp.probe.stats import TestResult, c_cont, paired_test, pooled_mc_pvalue
+from zcp.probe.void import combine_valid, void_map
 
 DID_TEST = "within-item permutation of per-version model - base differences"
 
@@ -148,13 +149,17 @@ def did_rows(model_records: Sequence[dict[str, Any]], base_records: Sequence[dic
     return rows
 
 
-def did_verdicts(rows: Sequence[dict[str, Any]], alpha: float) -> list[dict[str, Any]]:
+def did_verdicts(rows: Sequence[dict[str, Any]], alpha: float,
+                 void: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
     """Per (split, variant): Bonferroni over the metrics' DiD p-values at `alpha` (zcp.probe.stats.combine);
-    `contaminated` means the model's gap exceeds the base model's."""
+    `contaminated` means the model's gap exceeds the base model's. Metrics VOID in the audited run (`void`, from
+    zcp.probe.void.void_map of its results) are left out, as in its own verdict (`combine_valid`)."""
     groups: dict[tuple[str, str], dict[str, float]] = {}
     for r in rows:
         groups.setdefault((r["split"], r.get("variant", ORIGINAL)), {})[r["metric"]] = r["p_value"]
-    return [{"split": split, "variant": variant, **combine(ps, alpha)} for (split, variant), ps in groups.items()]
+    off = void or {}
+    return [{"split": split, "variant": variant, **combine_valid(ps, off.get((split, variant), {}), alpha)}
+            for (split, variant), ps in groups.items()]
 
 
 def did_markdown(rows: Sequence[dict[str, Any]], *, label: str = "ft", model_title: str = "FT",
@@ -207,7 +212,8 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     """
     import dataclasses
 
-    from zcp.config.model import check_model_files, check_same_tokenizer, model_config
+    from zcp.config import check_model_path
+    from zcp.config.model import model_config
     from zcp.config.schemas import BaseModelConfig, group_config
 
     bm = group_config(BaseModelConfig, base_cfg, "base_model")  # a job's checked base_model, or built from a mapping
@@ -217,10 +223,9 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     api = dataclasses.replace(audited.api, model=None) if audited.backend == "openai" else audited.api
     mc = audited.replace(path=str(bm.path), adapter=bm.adapter, name=bm.name, api=api)  # keeps model.<engine>
     if mc.backend != "openai":
-        check_model_files(mc.path, "base_model.path")  # config.json, weights, tokenizer: before any model loads
+        check_model_path(mc.path, "base_model.path")
         if mc.adapter:
-            check_model_files(mc.adapter, "base_model.adapter")
-        check_same_tokenizer(audited.path, mc.path, audited.chat)  # the same prompts as the same ids, or refused
+            check_model_path(mc.adapter, "base_model.adapter")
     return mc
 
 
@@ -295,7 +300,7 @@ def detect_did(base_mc: Any, datasets: Sequence[Any], probe: Any, out: Path, set
     free_memory()
     rows = did_rows(list(read_jsonl(Path(out) / RECORDS)), list(read_jsonl(base_out / RECORDS)),
                     [ds.split for ds in datasets], list(probe.metrics), settings, label="model")
-    verdicts = did_verdicts(rows, settings.alpha)
+    verdicts = did_verdicts(rows, settings.alpha, void_map(summary.get("results", [])))
     md = did_markdown(rows, label="model", model_title="model", variant_column=True, verdicts=verdicts)
     head = (f"### Difference-in-differences: {summary.get('model')} against its base model {name}\n\n"
             "Per item: the model's gap (S - S_ref) minus the base model's on the same units; the test: H1 the "

@@ -77,6 +77,7 @@ from zcp.probe.detect import (
 )
 from zcp.probe.prompts import ProbeConfig, full_cot_prompt, full_cot_request, prompt_rendering
 from zcp.probe.stats import c_cont, combine_conventions
+from zcp.probe.void import void_map
 
 log = logging.getLogger(__name__)
 
@@ -602,9 +603,11 @@ def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: Prob
         blocks[c.name] = block
         parts.append(f"#### Pre-fill {c.label}\n\n" + (sub / DID_MD).read_text())
     keys = dict.fromkeys((r["split"], r["variant"]) for b in blocks.values() for r in b["rows"])
+    void = {c: void_map([r for r in summary.get("convention_results", []) if r.get("convention") == c])
+            for c in blocks}  # VOID pairs of the audited run are left out of the DiD verdict too (zcp.probe.void)
     verdicts = [{"split": k[0], "variant": k[1], **combine_conventions(
-        {c: {r["metric"]: float(r["p_value"]) for r in b["rows"] if (r["split"], r["variant"]) == k}
-         for c, b in blocks.items()}, settings.alpha)} for k in keys]
+        {c: {r["metric"]: float(r["p_value"]) for r in b["rows"] if (r["split"], r["variant"]) == k
+             and r["metric"] not in void[c].get(k, {})} for c, b in blocks.items()}, settings.alpha)} for k in keys]
     first = next(iter(blocks.values()), {})
     summary = {**summary, "did": {"base_model": first.get("base_model"), "test": first.get("test"),
                                   "alpha": settings.alpha, "per_convention": blocks, "verdicts": verdicts}}

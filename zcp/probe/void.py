@@ -78,3 +78,13 @@ def combine_valid(p_values: Mapping[str, float], void: Mapping[str, str], alpha:
         out["void"] = left
         out["void_all"] = not kept
     return out
+
+
+def void_map(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, str]]:
+    """{(split, variant): {metric: reason}} of the result rows marked VOID (summary.json's `results`), for a verdict
+    computed later from other p-values of the same metrics (the DiD's)."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for r in results:
+        if r.get("void"):
+            out.setdefault((r["split"], r["variant"]), {})[r["metric"]] = r["void"]
+    return out
