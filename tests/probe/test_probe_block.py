@@ -77,10 +77,11 @@ def test_default_chunking_makes_few_calls_and_the_same_records(tmp_path):
     assert runs["default"]["results"] == runs["chunk7"]["results"]
 
 
-@pytest.mark.parametrize("seconds,expected", [(10.0, [3] + [10] * 7 + [7]), (2.5, [3] + [2] * 38 + [1])])
+@pytest.mark.parametrize("seconds,expected", [(10.0, [3] + [10] * 7 + [7]), (2.5, [3] + [3] * 25 + [2])])
 def test_chunks_hold_about_chunk_seconds_of_measured_work(tmp_path, monkeypatch, seconds, expected):
     """A fake clock that advances 1 s per scored prompt: the chunks after the timed first one hold the units that
-    take chunk_seconds at that rate; the log line and summary.json carry the plan and its ETA."""
+    take chunk_seconds at that rate (never fewer than the first chunk's); the log line and summary.json carry the
+    plan and its ETA."""
     clock = [0.0]
     monkeypatch.setattr(detect_mod.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(cost_mod.time, "perf_counter", lambda: clock[0])
@@ -149,6 +150,8 @@ def test_cost_helpers():
     assert chunk_units(2.0, 30.0, 1.0, 1024) == 15
     assert chunk_units(2.0, 30.0, 0.5, 1024) == 30  # units sharing prompts cost half as much each
     assert chunk_units(100.0, 30.0, 1.0, 1024) == 1  # at least one unit
+    assert chunk_units(100.0, 30.0, 1.0, 1024, floor=8) == 8  # at least the first chunk's size
+    assert chunk_units(100.0, 30.0, 1.0, 4, floor=8) == 4  # which the cap bounds
     assert chunk_units(1e-4, 30.0, 1.0, 1024) == 1024  # at most the backend's block
     assert chunk_units(0.0, 30.0, 1.0, 64) == 64
     plan = plan_cost(10, 10, 10, ProbeConfig(metrics=("con",), full_cot_max_tokens=100))
@@ -156,6 +159,8 @@ def test_cost_helpers():
     assert plan.full_cot_max_tokens == 100 and plan.zero_cot_max_tokens == 32
     measured(plan, 2, 2, 8.0, {"score": 0.0, "zero-CoT": 1.0, "full-CoT": 7.0}, 20.0, 64)
     assert plan.eta_seconds == 32.0 and plan.chunk_units == 5 and plan.chunk_seconds == 20.0
+    slow = measured(plan_cost(10, 10, 10, ProbeConfig()), 1, 1, 60.0, {}, 30.0, 64)
+    assert slow.chunk_units == 1 and "chunks of 1 unit (~60 s each)" in slow.line()
     assert "zero-CoT 1.0 s, full-CoT 7.0 s" in plan.line() and "score 0.0" not in plan.line()
     assert isinstance(CostPlan(1, 1, 1).to_dict()["line"], str)
     assert [format_seconds(s) for s in (42, 210, 7200)] == ["42 s", "3.5 min", "2.0 h"]

@@ -87,7 +87,7 @@ class CostPlan:
             text += (f"; ETA ~{format_seconds(self.eta_seconds)} for the other {left} prompts (an estimate, "
                      "extrapolated from the first chunk)")
         if self.chunk_units:
-            text += f"; then chunks of {self.chunk_units} units"
+            text += f"; then chunks of {self.chunk_units} unit{'s' if self.chunk_units != 1 else ''}"
             if self.chunk_seconds is not None:
                 text += f" (~{format_seconds(self.chunk_seconds)} each)"
             if self.chunk_rule:
@@ -170,20 +170,25 @@ class PassTimer:
                     delattr(backend, name)
 
 
-def chunk_units(seconds_per_probe: float, target_seconds: float, probes_per_unit: float, cap: int) -> int:
-    """Units per chunk that take about `target_seconds` at the measured rate: at least 1, at most `cap` (the
-    backend's preferred block: chunks never grow past what the fixed chunking gave). `probes_per_unit` (< 1 when
-    units share prompts) converts prompts to units."""
+def chunk_units(seconds_per_probe: float, target_seconds: float, probes_per_unit: float, cap: int,
+                floor: int = 1) -> int:
+    """Units per chunk that take about `target_seconds` at the measured rate: at least `floor` (the first chunk's
+    size: smaller chunks would make generation batches too small to be efficient, a batch of one row costs nearly
+    as many seconds per step as a batch of eight on a CPU), at most `cap` (the backend's preferred block: chunks
+    never grow past what the fixed chunking gave). `probes_per_unit` (< 1 when units share prompts) converts
+    prompts to units."""
+    floor = max(1, min(floor, cap))
     if seconds_per_probe <= 0 or not math.isfinite(seconds_per_probe):
         return cap
     per_unit = seconds_per_probe * max(probes_per_unit, 1e-9)
-    return max(1, min(cap, int(target_seconds / per_unit)))
+    return max(floor, min(cap, int(target_seconds / per_unit)))
 
 
 def measured(plan: CostPlan, units: int, probes: int, seconds: float, pass_seconds: dict[str, float],
              target_seconds: float | None, cap: int) -> CostPlan:
     """`plan` with its first chunk's measurement (`units` units, `probes` fresh prompts, `seconds` wall): the ETA
-    for the prompts left and, when `target_seconds` is given (default chunking), the chunk size that follows."""
+    for the prompts left and, when `target_seconds` is given (default chunking), the chunk size that follows (at
+    least `units`, the first chunk's)."""
     plan.warmup = {"units": units, "probes": probes, "seconds": round(seconds, 3),
                    "pass_seconds": {k: round(v, 3) for k, v in pass_seconds.items()}}
     if probes <= 0:
@@ -193,8 +198,9 @@ def measured(plan: CostPlan, units: int, probes: int, seconds: float, pass_secon
     plan.eta_seconds = round(per_probe * left, 1)
     if target_seconds is not None:
         ratio = plan.probes / plan.todo if plan.todo else 1.0
-        plan.chunk_units = chunk_units(per_probe, target_seconds, ratio, cap)
+        plan.chunk_units = chunk_units(per_probe, target_seconds, ratio, cap, floor=units)
         plan.chunk_seconds = round(plan.chunk_units * per_probe * ratio, 1)
         plan.chunk_rule = f"sized to run.chunk_seconds={target_seconds:g}" + (
-            f" (capped at the backend's block of {cap})" if plan.chunk_units == cap else "")
+            f" (capped at the backend's block of {cap})" if plan.chunk_units == cap else
+            " (at least the first chunk's size)" if plan.chunk_units == units else "")
     return plan
