@@ -309,6 +309,10 @@ def _relations(quantities: list[Quantity], variables: list[Variable], used: set[
     a number the chain does not use that equals the sum of two or three other occurrences (plus 0 or 1)
     or the product of two (checked on every draw); and a variable equal to the sum of two or three
     other variables (kept by solving for one of them). Terms are variable indices or constant values.
+    Numbers tied by the text (`_ties`: "4 of 5", "the first four houses" of "5 houses") add a "below" check
+    (the part stays below the whole) and, where the rest is named as one, whole = part + 1 (solved for the
+    whole when the chain does not use it, else checked). Not recognised: a whole named first ("Of the 30
+    students, 12 ..."), dates.
     """
     var_of = {v.value: vi for vi, v in enumerate(variables)}
     occ = [(var_of.get(q.value, q.value), q.value) for q in quantities if q.value not in (0, 1) and not q.frozen]
