@@ -106,3 +106,14 @@ def test_the_entry_point_refuses_in_one_line_exit_2(src, tmp_path):
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: output_dir=") and "seed" in lines[0]
+
+
+def test_the_same_data_moved_elsewhere_is_the_same_build(src, tmp_path):
+    out = tmp_path / "build"
+    build_data(_cfg(src, out))
+    moved = tmp_path / "moved" / src.name
+    moved.parent.mkdir()
+    moved.write_bytes(src.read_bytes())
+    fp = (out / RUN_FINGERPRINT).read_text()
+    build_data(_cfg(moved, out))  # no refusal: the data's content is what the build is made of
+    assert (out / RUN_FINGERPRINT).read_text() == fp

@@ -271,6 +271,8 @@ def build_made_of(cfg: Any, data_cfg: Any) -> dict[str, Any]:
     conf = {k: v for k, v in to_dict(cfg).items() if k not in _NOT_MADE_OF and k != "hydra"}
     path = getattr(data_cfg, "path", None)
     data_sha = sha256_file(path) if isinstance(path, str) and Path(path).is_file() else None
+    if data_sha is not None and isinstance(conf.get("data"), dict):  # the content, not where the checkout lies
+        conf["data"] = {k: v for k, v in conf["data"].items() if k != "path"}
     return {"config": conf, "data_sha256": data_sha}
 
 
