@@ -68,3 +68,13 @@ def test_a_good_sweep_runs_every_point(tmp_path, shared_data):
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in tmp_path.glob("b_*")) == ["b_0", "b_1"]
     assert all((tmp_path / name / "build_report.json").exists() for name in ("b_0", "b_1"))
+
+
+def test_a_sweep_the_config_defines_is_validated_before_its_first_job(tmp_path):
+    # experiment=exposure_sweep sets hydra.mode=MULTIRUN and its own hydra.sweeper.params (12 points), no -m
+    out = _entry("train/run_contaminate.py", "experiment=exposure_sweep", "stats.alpha=2", "logger=none",
+                 cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert _lines(out) == ["error: sweep point 1 of 12 (exposure.answer_only_fraction=0.0 exposure.k=1 "
+                           "exposure.sft_epochs=2): stats.alpha=2.0: must be in (0, 1)"]
+    assert not any(tmp_path.iterdir())  # no job started: no multirun/ or outputs/ dir

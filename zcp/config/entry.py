@@ -60,7 +60,7 @@ def _one_line_exit(line: str) -> None:
 
 
 def _sweep_points(overrides: list[str]) -> list[list[str]]:
-    """Every point of a `-m` sweep given on the command line (the basic sweeper's expansion, in its order)."""
+    """Every point of a sweep (the basic sweeper's cartesian expansion, in its order)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -68,34 +68,52 @@ def _sweep_points(overrides: list[str]) -> list[list[str]]:
     return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
 
 
-def validate_sweep(conf_dir: str | os.PathLike[str], config_name: str, overrides: list[str]) -> None:
-    """Compose every point of the sweep and validate it against the job's schema (`zcp.config.validate`, the job
-    named as its config); the first bad point exits 2 with one line naming it. Runs before any job starts."""
+def validate_sweep(conf_dir: str | os.PathLike[str], config_name: str, overrides: list[str],
+                   multirun: bool = True) -> None:
+    """Compose every point of a multirun and validate it against the job's schema (`zcp.config.validate`, the job
+    named as its config); the first bad point exits 2 with one line naming it. Runs before any job starts.
+
+    The sweep is the command line's sweep overrides (`seed=0,1`) after the config's own `hydra.sweeper.params`
+    (an experiment file's sweep, e.g. experiment=exposure_sweep), as the basic sweeper expands them; a config
+    that sets `hydra.mode: MULTIRUN` is a multirun without `-m`. Any launcher: nothing is launched before."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
 
     from zcp.config import user_errors
     from zcp.config.jobs import JOBS
     from zcp.config.schemas import validate
 
+    if GlobalHydra.instance().is_initialized():  # never the case at an entry point before Hydra runs
+        return
+    conf = str(Path(conf_dir).resolve())
     try:
-        points = _sweep_points(overrides)
-    except Exception as e:  # a parse error is said in one line, anything else left to Hydra
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        fixed = [o.input_line for o in parsed if not o.is_sweep_override() and o.input_line]
+        with initialize_config_dir(config_dir=conf, version_base=None):
+            base = compose(config_name=config_name, overrides=fixed, return_hydra_config=True)
+        mode = str(OmegaConf.select(base, "hydra.mode", default="") or "")
+        node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
+        params = OmegaConf.to_container(node) if node is not None else {}
+        if not (multirun or mode.endswith("MULTIRUN")):
+            return
+        points = _sweep_points([f"{k}={v}" for k, v in dict(params).items()] + overrides)
+    except user_errors():
+        return  # a value the job's own validation names, as a plain run would
+    except Exception as e:  # Hydra's errors in one line; anything else left to Hydra itself
         line = hydra_error_line(e)
         if line is None:
             return
         _one_line_exit(line)
     if len(points) <= 1:
         return
-    was = GlobalHydra.instance().is_initialized()
-    if was:  # never the case at an entry point before Hydra runs; a caller's own Hydra left alone
-        return
     swept = [j for j in range(len(points[0])) if len({p[j] for p in points if len(p) > j}) > 1]
     for k, point in enumerate(points, 1):  # named by the overrides the sweep varies
         shown = [point[j] for j in swept if j < len(point)] or point
         where = f"sweep point {k} of {len(points)} ({' '.join(shown)})"
         try:
-            with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
+            with initialize_config_dir(config_dir=conf, version_base=None):
                 cfg = compose(config_name=config_name, overrides=point)
             if config_name in JOBS:
                 validate(cfg, job=config_name)
@@ -134,9 +152,10 @@ def guard_hydra_entry() -> None:
 
     def run_hydra(*, args: Any, args_parser: Any, task_function: Any, config_path: str | None,
                   config_name: str | None) -> None:
-        if getattr(args, "multirun", False) and config_path and config_name:
+        if config_path and config_name:  # a multirun (-m, or hydra.mode: MULTIRUN in the config): every point first
             source = Path(inspect.getfile(inspect.unwrap(task_function))).parent
-            validate_sweep(source / config_path, config_name, list(args.overrides or []))
+            validate_sweep(source / config_path, config_name, list(args.overrides or []),
+                           multirun=bool(getattr(args, "multirun", False)))
         return original_run(args=args, args_parser=args_parser, task_function=task_function,
                             config_path=config_path, config_name=config_name)
 
