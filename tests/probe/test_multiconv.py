@@ -14,6 +14,7 @@ from conv_fakes import PROBE_LINE, ConventionBackend, toy_datasets
 
 from zcp.config.prefill import AutoPrefillConfig
 from zcp.core.io import read_jsonl
+from zcp.errors import ConfigError
 from zcp.probe.conventions import literal_name
 from zcp.probe.detect import DetectSettings
 from zcp.probe.multiconv import READ_RECORDS, detect_prefill, neutral_items, read_conventions
@@ -264,3 +265,30 @@ def test_auto_warns_when_few_outputs_fit_and_names_the_budget_that_fits():
     assert reading["sets"]["C"]["read"] == 0 and reading["warnings"]
     longest = max(len(it.question) for it in datasets[0].originals)
     assert f"probe.full_cot_max_tokens={600 - longest}" in reading["warnings"][0]
+
+
+def test_primary_declared_by_hand_for_a_listed_run(tmp_path):
+    datasets, fb = _hash_leak()
+    s = detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path, SETTINGS,
+                       prefill=["probe", "hash"], primary="hash")
+    v = _verdicts(s)["C"]
+    assert v["primary"]["convention"] == "hash" and v["primary"]["contaminated"] and v["contaminated"]
+    assert not _verdicts(s)["U"]["primary"]["contaminated"]
+    with pytest.raises(ConfigError, match=r"probe\.primary"):
+        detect_prefill(fb, datasets, ProbeConfig(metrics=("acc", "p_all")), tmp_path / "x", SETTINGS,
+                       prefill=["probe", "hash"], primary="sentence")
+
+
+def test_primary_key_is_checked_at_compose_and_its_default_keeps_the_run_directory():
+    from configs import compose
+
+    from zcp.config import validate
+    from zcp.probe.multiconv import without_default_prefill
+
+    base = ("detect", "data.path=x", "data.reference_path=y")
+    assert validate(compose(*base, "probe.prefill=[probe,hash]", "probe.primary=hash"))["probe"].primary == "hash"
+    with pytest.raises(ConfigError, match=r"probe\.primary"):
+        validate(compose(*base, "probe.prefill=[probe,hash]", "probe.primary=sentence"))
+    plain = without_default_prefill(compose(*base))
+    assert not {"primary", "answer_space", "prefill", "auto"} & set(plain.probe)
+    assert without_default_prefill(compose(*base, "probe.answer_space=both")).probe.answer_space == "both"

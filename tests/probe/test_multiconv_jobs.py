@@ -145,7 +145,8 @@ def test_the_default_prefill_leaves_the_run_dirs_name_as_before_the_key_existed(
     stripped = without_default_prefill(default)
     assert "prefill" not in stripped.probe and "auto" not in stripped.probe
     old = OmegaConf.create(OmegaConf.to_container(default, resolve=True))  # the config as it was: no such keys
-    del old.probe["prefill"], old.probe["auto"]
+    del old.probe["prefill"], old.probe["auto"], old.probe["primary"], old.probe["answer_space"]
+    del old.stats["void_malformed"]
     assert run_dir(stripped, "detect", "toy") == run_dir(old, "detect", "toy")
     auto = without_default_prefill(_detect_cfg(world, "probe.prefill=auto"))
     assert auto.probe.prefill == "auto" and "auto" in auto.probe

@@ -396,6 +396,9 @@ class ProbeGroupConfig:
     # registered in zcp.probe.conventions), a literal pre-fill ("Answer: "), a list of these, or auto
     prefill: Any = field(default=PROBE_CONVENTION, metadata={"schema": str | list[str]})
     auto: AutoPrefillConfig = field(default_factory=AutoPrefillConfig)
+    # the primary convention of a run of several (its own verdict reported beside the one over all of them): null =
+    # auto's reading of the neutral set (none for a listed run), or a listed entry (zcp.probe.multiconv)
+    primary: str | None = None
 
     def __post_init__(self) -> None:
         ms = list(self.metrics)
@@ -406,6 +409,11 @@ class ProbeGroupConfig:
         check_value(isinstance(self.zero_cot_prefix, str), "probe.zero_cot_prefix", self.zero_cot_prefix,
                     'a string: the text the zero-CoT answer is pre-filled after (e.g. "#### ")')
         self.prefill = check_prefill(self.prefill, self.zero_cot_prefix, self.answer_suffix, self.mode)
+        listed = self.prefill if isinstance(self.prefill, list) else [self.prefill]
+        check_value(self.primary is None or self.primary in listed or self.prefill == "auto", "probe.primary",
+                    self.primary, f"null or one of the conventions probe.prefill lists ({listed}), or any under auto")
+        if self.primary is not None and self.prefill == "auto":
+            check_prefill(self.primary, self.zero_cot_prefix, self.answer_suffix, self.mode)
         check_value("{question}" in self.user_template and _formats(self.user_template), "probe.user_template",
                     self.user_template, 'a template holding {question} and no other {...} field')
         gen = sorted(m for m in ms if get_metric(m).needs_generation)  # the zero-CoT answer (acc, con)

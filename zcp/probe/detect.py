@@ -118,7 +118,9 @@ class DetectSettings:
 
 
 def _fingerprint(units: list[tuple[tuple, Item]], backend: Backend, probe: ProbeConfig) -> str:
-    h = [backend.name, backend.fingerprint, repr(probe.__dict__)]
+    # probe.answer_space at its default (exact) is left out: runs from before the key keep their fingerprint
+    fields = {k: v for k, v in probe.__dict__.items() if not (k == "answer_space" and v == "exact")}
+    h = [backend.name, backend.fingerprint, repr(fields)]
     h += [f"{k}|{it.question}|{it.answer}" for k, it in units]
     return stable_hash("\n".join(map(str, h)), 32)
 

@@ -77,7 +77,7 @@ from zcp.probe.detect import (
 )
 from zcp.probe.prompts import ProbeConfig, full_cot_prompt, full_cot_request, prompt_rendering
 from zcp.probe.stats import c_cont, combine_conventions
-from zcp.probe.void import void_map
+from zcp.probe.void import VOID_MALFORMED, void_map
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
                        settings: DetectSettings, conventions: Sequence[Resolved] | None, auto: Any = None, *,
                        prefill: Any = AUTO, tracker: Any = None, extra: dict[str, Any] | None = None,
                        title: str | None = None, on_ready: Callable[[], Any] | None = None,
-                       reading: dict[str, Any] | None = None) -> dict[str, Any]:
+                       reading: dict[str, Any] | None = None, primary: str | None = None) -> dict[str, Any]:
     """Several conventions (or `auto`, `conventions=None`: read first with `read_conventions`): each probed into
     `<out>/conv-<name>/` (zcp.probe.detect.detect), then the combined summary.json, table.md, c_cont.png and the
     records of all of them in `<out>/` (see the module's docstring). Every convention's prompts are fitted to the
@@ -372,6 +372,18 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
                  "; ".join(f"{k}: {v}" for k, v in reading["why"].items()))
         for w in reading["warnings"]:
             log.warning("%s", w)
+    if primary is not None:  # probe.primary, declared by hand: a listed entry (name or literal), or added under auto
+        (declared,) = resolve_entries([primary], probe.zero_cot_prefix, probe.answer_suffix)
+        if all(c.prefill != declared.prefill for c in conventions):
+            if reading is None:
+                raise ConfigError(f"probe.primary={primary!r} is not among the conventions probed "
+                                  f"({', '.join(c.name for c in conventions)})")
+            conventions = [*conventions, declared]
+        primary = next(c.name for c in conventions if c.prefill == declared.prefill)
+        if reading is not None:
+            reading = {**reading, "primary": primary, "primary_why": "probe.primary (declared by hand)"}
+    elif reading is not None:
+        primary = reading.get("primary")
     probes = {c.name: convention_probe(probe, c) for c in conventions}
     for c in conventions:  # every convention's units fit, and leave something to test, before anything is written
         units, _ = plan_units(memo, datasets, probes[c.name], settings)
@@ -388,7 +400,7 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
                                        title=f"{title or 'ZCP'} — pre-fill {c.label}")
         names = [c.name for c in conventions]
         first = summaries[names[0]]
-        combined = combine_summaries(summaries, conventions, settings, (reading or {}).get("primary"))
+        combined = combine_summaries(summaries, conventions, settings, primary)
         example = next((ds.originals[0] for ds in datasets if ds.originals), None)
         conv_info = []
         for c in conventions:
@@ -429,11 +441,13 @@ def detect_conventions(backend: Backend, datasets: Sequence[DetectDataset], prob
 
 def detect_prefill(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out: str | Path,
                    settings: DetectSettings, prefill: Any = PROBE, auto: Any = None, *,
-                   conventions: Sequence[Resolved] | None = None, **kwargs: Any) -> dict[str, Any]:
+                   conventions: Sequence[Resolved] | None = None, primary: str | None = None,
+                   **kwargs: Any) -> dict[str, Any]:
     """The detection `probe.prefill` asks for: `probe` alone is zcp.probe.detect.detect exactly (the default run);
     one other convention is `detect` with that convention's probe (`convention_probe`; summary.json says which);
     several, or `auto`, are `detect_conventions`. `conventions` (resolved) overrides what `prefill` names (the
-    simulation probes the base model with the conventions read from the fine-tuned one)."""
+    simulation probes the base model with the conventions read from the fine-tuned one). `primary`
+    (`probe.primary`) names the primary convention of a run of several; one convention is its own primary."""
     if conventions is None and is_single_default(prefill):
         return detect(backend, datasets, probe, out, settings, **kwargs)
     if conventions is None:
@@ -442,7 +456,8 @@ def detect_prefill(backend: Backend, datasets: Sequence[DetectDataset], probe: P
         (conv,) = conventions or ()
         kw = {**kwargs, "extra": {**(kwargs.get("extra") or {}), "prefill": prefill, "convention": conv.to_dict()}}
         return detect(backend, datasets, convention_probe(probe, conv), out, settings, **kw)
-    return detect_conventions(backend, datasets, probe, out, settings, conventions, auto, prefill=prefill, **kwargs)
+    return detect_conventions(backend, datasets, probe, out, settings, conventions, auto, prefill=prefill,
+                              primary=primary, **kwargs)
 
 
 def is_multi(prefill: Any) -> bool:
@@ -510,7 +525,8 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
             cells += [c_cont_text(pv["c_cont"], 0.0, False), "contaminated" if pv["contaminated"] else "no evidence"]
             lines.append("| " + " | ".join(cells) + " |")
     k = max((v.get("n_tests", 0) for v in summary["verdicts"]), default=0)
-    lines += ["", f"Combined: Bonferroni over every (pre-fill, metric) test not VOID (K = {k}), alpha = {summary['alpha']}; "
+    void = " not VOID" if any(r.get("void") for r in summary["convention_results"]) else ""
+    lines += ["", f"Combined: Bonferroni over every (pre-fill, metric) test{void} (K = {k}), alpha = {summary['alpha']}; "
               "the **all** row's per-metric C_cont is that metric's Bonferroni over the pre-fills (in brackets the "
               "pre-fill with the smallest p). Each pre-fill's own run: its `conv-<name>/` directory. "
               "`>x`: Monte Carlo p at its floor."]
@@ -627,11 +643,12 @@ def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: Prob
 
 
 def without_default_prefill(cfg: Any) -> Any:
-    """`cfg` without `probe.prefill` when it is the default (`probe`) and without `probe.auto` unless it is `auto`:
-    the keys that change no record then, left out of what names the run directory (zcp.config.run_dir hashes it),
-    so a default run keeps the directory it had before the keys existed and resumes there."""
+    """`cfg` without `probe.prefill` when it is the default (`probe`) and without `probe.auto` unless it is `auto`,
+    and without `probe.primary` when null, `probe.answer_space` when `exact` and `stats.void_malformed` at its
+    default: the keys that change no record then, left out of what names the run directory (zcp.config.run_dir
+    hashes it), so a default run keeps the directory it had before the keys existed and resumes there."""
     probe = cfg.get("probe") if cfg is not None else None
-    if probe is None or ("prefill" not in probe and "auto" not in probe):
+    if probe is None or not any(k in probe for k in ("prefill", "auto", "primary", "answer_space")):
         return cfg
     from omegaconf import OmegaConf
 
@@ -644,4 +661,10 @@ def without_default_prefill(cfg: Any) -> Any:
         sub.pop("prefill", None)
     if prefill is None or parse_prefill(prefill) != AUTO:
         sub.pop("auto", None)
+    if sub.get("primary") is None:
+        sub.pop("primary", None)
+    if sub.get("answer_space", "exact") == "exact":
+        sub.pop("answer_space", None)
+    if (d.get("stats") or {}).get("void_malformed", VOID_MALFORMED) == VOID_MALFORMED:
+        (d.get("stats") or {}).pop("void_malformed", None)
     return OmegaConf.create(d)

@@ -106,7 +106,8 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
             + (", reference-draw share" if summary.get("reference_draws") == "per_seed" else "")
             + "); each C_cont is that of one test over all reference draws. " if multi else "")
     lines += ["", note + f"Tests: {', '.join(sorted({r['test'] for r in results}))}; combined: Bonferroni over the "
-              f"metrics not VOID, alpha = {summary['alpha']}. `>x`: Monte Carlo p at its floor 1/(B+1)."]
+              f"metrics{' not VOID' if any(r.get('void') for r in results) else ''}, alpha = {summary['alpha']}. "
+              "`>x`: Monte Carlo p at its floor 1/(B+1)."]
     lines += void_lines(results)
     left = [coverage_text(c) for c in summary.get("datasets", []) if c.get("left_out")]
     if left:

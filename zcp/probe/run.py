@@ -124,7 +124,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         if multi:  # each convention in <out>/conv-<name>/, the combined verdict in <out>/
             summary = detect_conventions(backend, datasets, probe, out, settings, listed_conventions(prefill, probe),
                                          job.probe.auto, prefill=prefill, tracker=tracker, extra=extra, title=title,
-                                         on_ready=lambda: save_config(cfg, out))
+                                         on_ready=lambda: save_config(cfg, out), primary=job.probe.primary)
         else:
             summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
                              on_ready=lambda: save_config(cfg, out))
