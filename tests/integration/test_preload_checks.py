@@ -95,6 +95,15 @@ def test_a_broken_base_model_folder_is_refused_before_the_audited_model_loads(mo
     assert not no_load
 
 
+def test_a_base_model_path_that_is_a_file_is_refused_before_any_load(model_dir, tmp_path, data, no_load):
+    base = tmp_path / "base.bin"
+    base.write_bytes(b"weights?")
+    with pytest.raises(ConfigError) as e:
+        _detect(f"model.path={model_dir}", f"base_model.path={base}", f"output_dir={tmp_path / 'run'}", *data)
+    assert str(e.value).startswith(f"base_model.path={base} is a file, not a model folder")
+    assert not no_load
+
+
 @pytest.mark.parametrize("what,change", [
     ("chat template", lambda d: _edit_json(d / "tokenizer_config.json", chat_template="{{ messages }}")),
     ("vocabulary", lambda d: _edit_json(d / "tokenizer.json", vocab_swap=True)),

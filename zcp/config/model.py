@@ -315,6 +315,9 @@ def check_model_files(path: Any, key: str = "model.path") -> None:
     p = Path(str(path)).expanduser()
     if p.is_dir():
         check_model_folder(p, key, path)
+    elif p.exists() and p.suffix != ".gguf":  # a single GGUF file is an engine's (vLLM's) to load; nothing else is
+        raise ConfigError(f"{key}={path} is a file, not a model folder (a folder with config.json, weights and a "
+                          "tokenizer)")
 
 
 def check_model_folder(p: Path, key: str = "model.path", path: Any = None) -> None:
