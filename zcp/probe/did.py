@@ -212,8 +212,7 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     """
     import dataclasses
 
-    from zcp.config import check_model_path
-    from zcp.config.model import model_config
+    from zcp.config.model import check_model_files, check_same_tokenizer, model_config
     from zcp.config.schemas import BaseModelConfig, group_config
 
     bm = group_config(BaseModelConfig, base_cfg, "base_model")  # a job's checked base_model, or built from a mapping
@@ -223,9 +222,10 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     api = dataclasses.replace(audited.api, model=None) if audited.backend == "openai" else audited.api
     mc = audited.replace(path=str(bm.path), adapter=bm.adapter, name=bm.name, api=api)  # keeps model.<engine>
     if mc.backend != "openai":
-        check_model_path(mc.path, "base_model.path")
+        check_model_files(mc.path, "base_model.path")  # config.json, weights, tokenizer: before any model loads
         if mc.adapter:
-            check_model_path(mc.adapter, "base_model.adapter")
+            check_model_files(mc.adapter, "base_model.adapter")
+        check_same_tokenizer(audited.path, mc.path, audited.chat)  # the same prompts as the same ids, or refused
     return mc
 
 
