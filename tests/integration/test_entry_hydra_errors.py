@@ -34,6 +34,13 @@ def test_a_misspelt_key_without_plus_is_one_line_exit_2(tmp_path, override, line
     assert _lines(out) == [line]
 
 
+def test_a_value_hydra_cannot_merge_names_why(tmp_path):
+    out = _entry("evaluate/run_detect.py", "stats.alpha=abc", "logger=none", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert _lines(out) == ["error: Error merging override stats.alpha=abc: Value 'abc' of type 'str' could not be "
+                           "converted to Float"]
+
+
 def test_a_config_option_that_does_not_exist_is_one_line_exit_2(tmp_path):
     out = _entry("evaluate/run_detect.py", "model=nosuch", "logger=none", cwd=tmp_path)
     assert out.returncode == 2, out.stderr

@@ -50,7 +50,9 @@ def hydra_error_line(e: BaseException) -> str | None:
             except Exception:  # a node without keys: no did-you-mean
                 known = []
             return unknown_key_message(where, key, known)
-        return " ".join(str(e).split())
+        head = " ".join(str(e).split())
+        why = " ".join(str(cause).splitlines()[0].split()) if cause is not None and str(cause).strip() else ""
+        return f"{head}: {why}" if why and why not in head else head
     return None
 
 
