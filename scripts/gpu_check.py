@@ -722,7 +722,9 @@ def demo_gpu(workdir: Path, timeout: float = 240.0, extra: Sequence[str] = ()) -
     parsed = parse_demo_output(Path(r["log"]).read_text(errors="replace"))
     status = "ok" if r["rc"] == 0 else ("timeout" if r["timed_out"] else "error")
     fig: dict[str, Any] = {"command": " ".join(cmd), "wall_s": r["seconds"], **parsed}
-    verdicts = summary_verdicts(out / "detect" / "simulation_summary.json")
+    from zcp.core.rundir import SIMULATION_SUMMARY
+
+    verdicts = summary_verdicts(out / "detect" / SIMULATION_SUMMARY)
     if verdicts:  # the README's expected result: C flagged and U not for the fine-tuned model
         fig["verdicts"] = verdicts
         fig["expected_verdicts"] = verdicts.get("FT / C") is True and verdicts.get("FT / U") is False
