@@ -151,12 +151,12 @@ def _assert_same_distributions(items, refs):
 
 
 def test_features_have_the_originals_distribution_on_a_slice(shared_data):
-    """First 120 GSM8K test rows at m = 3: per feature (last-digit class, digit count, coincidences), originals
+    """First 100 GSM8K test rows at m = 3: per feature (last-digit class, digit count, coincidences), originals
     vs their draws (item-averaged), chi-square, Bonferroni-adjusted p >= ALPHA; the leading digit too."""
     path = shared_data / "gsm8k" / "test.jsonl"
     if not path.exists():
         pytest.skip(f"{path} not found")
-    items = read_items(path, 120)
+    items = read_items(path, 100)
     rep = build_and_report(items, 3)
     _assert_same_distributions(items, rep["refs"])
     fs = rep["feature_shift"]["features"]
