@@ -212,6 +212,9 @@ def test_errors_name_file_row_field(tmp_path):
     no_marker = _write(tmp_path / "g.jsonl", [{"question": "q", "answer": "just 5"}])
     with pytest.raises(DataError, match=r"row 1, field 'answer': no '#### <final answer>' marker"):
         load_items(no_marker, "gsm8k")
+    two = _write(tmp_path / "two.jsonl", [{"question": "q", "answer": "3 + 4 = 7 #### 7\nso #### 8"}])
+    with pytest.raises(DataError, match=r"two.jsonl, row 1, field 'answer': 2 '####' markers"):
+        load_items(two, "gsm8k")
     with pytest.raises(DataError, match="file not found"):
         load_items(tmp_path / "nope.jsonl")
     wrong = _write(tmp_path / "w.jsonl", [{"id": "a", "question": "q", "answer": [1, 2]}])

@@ -79,6 +79,9 @@ def _required(row: Mapping[str, Any], name: str, path: str, i: int, floats: _Flo
 def _gsm8k_answer(text: str, path: str, i: int) -> tuple[str, str]:
     if "####" not in text:
         raise DataError("no '#### <final answer>' marker", path=path, row=i, field="answer")
+    if text.count("####") > 1:  # which one is the gold answer is a guess: refused (data.on_invalid=skip leaves it out)
+        raise DataError(f"{text.count('####')} '####' markers (one final answer expected)", path=path, row=i,
+                        field="answer")
     solution, _, final = text.rpartition("####")
     final = final.strip().replace(",", "")
     if not final:

@@ -155,6 +155,9 @@ def gsm8k_item(row: dict[str, Any], index: int, path: str | None = None) -> Item
         raise DataError("missing or empty", path=path, row=index + 1, field="question")
     if not isinstance(a, str) or "####" not in a:
         raise DataError("no '#### <final answer>' marker", path=path, row=index + 1, field="answer")
+    if a.count("####") > 1:  # as the loader (zcp.benchmarks.loaders.rows): the gold answer would be a guess
+        raise DataError(f"{a.count('####')} '####' markers (one final answer expected)", path=path, row=index + 1,
+                        field="answer")
     solution, _, final = a.rpartition("####")
     final = final.strip().replace(",", "")
     if not final:
