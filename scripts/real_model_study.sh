@@ -17,8 +17,8 @@
 #               release layout (data.format=zcp_release data.variant=original: the solutions carry GSM8K's
 #               calculator annotations), ids paraphrased_dataset-NNNNN paired by original_id; audited.jsonl and
 #               paraphrased.jsonl written beside them (scripts/real_model_study.py prepare: why); (b) GSM8K test.
-#               small: the first 20 rows of each; full: all 500 and all 1,319. A build whose reference.jsonl is
-#               already there is kept (build it here on the CPU and carry <out>/refs to a GPU machine).
+#               small: the first 20 rows of each; full: all 500 and all 1,319 (<out>/refs/<size>/). A build whose
+#               reference.jsonl is already there is kept (build it here on the CPU and carry <out>/refs to a GPU machine).
 #   table4      run_detect model=smollm2-135m on D (originals), D' (variant paraphrased) and the control (GSM8K
 #               test), acc/con/p_first/p_all, m = 3, missing references skipped, probe.answer_space=both (SmolLM2
 #               writes a space after the pre-fill on half its answers). Conventions probe.prefill=[probe,hash,
@@ -80,7 +80,7 @@ fi
 BATCH=""; [[ -n $GEN ]] && BATCH="model.gen_batch_size=$GEN model.batch_size=$GEN"
 CONV="probe.prefill=[probe,hash,sentence_colon] probe.primary=hash"
 PD_METRICS="[acc,p_first,p_all]"; [[ $SIZE == full && $CON == 1 ]] && PD_METRICS="[acc,con,p_first,p_all]"
-REL=$OUT/refs/release; TST=$OUT/refs/test
+REL=$OUT/refs/$SIZE/release; TST=$OUT/refs/$SIZE/test   # per size: a small build is never kept for full
 
 build() {  # build DIR OVERRIDES...: run_build_data unless DIR/reference.jsonl is there
   local dir=$1; shift
