@@ -154,9 +154,15 @@ def test_the_single_default_is_todays_run_byte_for_byte(tmp_path):
     fb = ConventionBackend(memorised, leak=PROBE_LINE, truth=truth, noisy=True)
     detect_prefill(fb, datasets, ProbeConfig(), tmp_path / "a", SETTINGS, prefill="probe")
     make_default_run.default_run(tmp_path / "b")
-    for name in ("records.jsonl", "summary.json", "run_meta.json", "table.md"):
+    for name in ("records.jsonl", "run_meta.json", "table.md"):
         assert filecmp.cmp(tmp_path / "a" / name, FIXTURE / "default_run" / name, shallow=False), name
         assert filecmp.cmp(tmp_path / "b" / name, FIXTURE / "default_run" / name, shallow=False), name
+    # summary.json: the same, key for key and in order, but for the cost plan (timings of this run, added since)
+    want = json.loads((FIXTURE / "default_run" / "summary.json").read_text())
+    for run in ("a", "b"):
+        got = json.loads((tmp_path / run / "summary.json").read_text())
+        assert got.pop("cost_plan")["units"] == 96
+        assert list(got.items()) == list(want.items()), run
 
 
 def test_the_combined_verdicts_level_under_a_null_of_dependent_conventions():

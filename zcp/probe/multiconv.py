@@ -663,8 +663,9 @@ def without_default_prefill(cfg: Any) -> Any:
         sub.pop("auto", None)
     if sub.get("primary") is None:
         sub.pop("primary", None)
-    if sub.get("answer_space", "exact") == "exact":
+    if sub.get("answer_space") in (None, ProbeConfig.answer_space):
         sub.pop("answer_space", None)
-    if (d.get("stats") or {}).get("void_malformed", VOID_MALFORMED) == VOID_MALFORMED:
-        (d.get("stats") or {}).pop("void_malformed", None)
+    stats = d.get("stats")
+    if isinstance(stats, dict) and stats.get("void_malformed") in (None, VOID_MALFORMED):
+        stats.pop("void_malformed", None)
     return OmegaConf.create(d)

@@ -409,12 +409,12 @@ def _gsm8k_readings_agree(an: Any, new: Mapping[int, Fraction], results: Sequenc
 
 
 def _gsm8k_relations_hold(an: Any, new: Mapping[int, Fraction]) -> bool:
-    from zcp.benchmarks.references.gsm8k.program import _relation_value
+    from zcp.benchmarks.references.gsm8k.program import _relation_holds
 
     def value(t: Any) -> Fraction:
         return new.get(t, an.variables[t].value) if isinstance(t, int) else t
 
-    return all(_relation_value(kind, [value(t) for t in terms]) == value(target)
+    return all(_relation_holds(kind, value(target), [value(t) for t in terms])
                for target, kind, terms in an.relations)
 
 
