@@ -20,13 +20,13 @@ class _Plain:
     """A backend without a preferred block (an API engine, a wrapper)."""
 
 
-def _backend(rows: int):
+def _backend(rows: int, gen_rows: int = 32):
     from zcp.backends.hf import HFBackend
     from zcp.core.testing import tiny_llama, train_tokenizer
 
     texts = [f"Tom has {k + 3} apples and buys {2 * k + 1} more. How many apples? {3 * k + 4}" for k in range(40)]
     tok = train_tokenizer(texts * 3, vocab_size=300)
-    return HFBackend(tiny_llama(tok, seed=1), tok, max_batch_size=rows)
+    return HFBackend(tiny_llama(tok, seed=1), tok, max_batch_size=rows, gen_batch_size=gen_rows)
 
 
 def _data(n: int = 40):
@@ -114,7 +114,7 @@ def test_plan_line_is_logged_before_and_after_the_first_chunk(tmp_path, caplog):
     items, ref = _data(6)
     probe = ProbeConfig(metrics=("acc", "con", "p_first", "p_all"), zero_cot_max_tokens=4, full_cot_max_tokens=6)
     with caplog.at_level(logging.INFO, logger="zcp.probe.detect"):
-        summary = detect(_backend(rows=64), [DetectDataset("D", items, ref)], probe, tmp_path / "run",
+        summary = detect(_backend(rows=64, gen_rows=4), [DetectDataset("D", items, ref)], probe, tmp_path / "run",
                          DetectSettings(seeds=[0], bootstrap_samples=200, progress=False, chunk_first=4))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cost plan:")]
     assert len(lines) == 2
@@ -127,6 +127,20 @@ def test_plan_line_is_logged_before_and_after_the_first_chunk(tmp_path, caplog):
     assert plan["line"] == lines[1]
     assert set(plan["warmup"]["pass_seconds"]) == {"score", "zero-CoT", "full-CoT"}
     assert all(v > 0 for v in plan["warmup"]["pass_seconds"].values())  # each pass ran and was timed
+
+
+@pytest.mark.parametrize("metrics,first", [(("acc", "p_first"), 5), (("p_first", "p_all"), 2)])
+def test_the_first_chunk_fills_a_generation_batch_when_the_metrics_generate(tmp_path, metrics, first):
+    """chunk_first=2 under a backend that generates 5 rows per batch: a generating run's chunks hold at least 5
+    units (a chunk is one generate call; fewer prompts decode in part-empty batches), a scoring-only run keeps 2."""
+    items, ref = _data(10)
+    backend = _backend(rows=64, gen_rows=5)
+    assert backend.generate_block == 5
+    calls: list[int] = []
+    _count_calls(backend, calls)
+    detect(backend, [DetectDataset("D", items, ref)], ProbeConfig(metrics=metrics, zero_cot_max_tokens=3), tmp_path,
+           DetectSettings(seeds=[0], bootstrap_samples=200, progress=False, chunk_first=2))
+    assert calls[0] == first and sum(calls) == 20
 
 
 def test_resumed_run_plans_only_what_is_left(tmp_path):

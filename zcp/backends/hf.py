@@ -116,6 +116,12 @@ class HFBackend(TokenizedBackend):
         n = getattr(self.model.config, "max_position_embeddings", None)
         return int(n) if n else None
 
+    @property
+    def generate_block(self) -> int:
+        """Prompts per `generate` call that fill one generation batch (`gen_batch_size`): detection's default
+        chunks hold at least this many units when its metrics generate (`zcp.probe.detect.generation_floor`)."""
+        return self.gen_batch_size
+
     # ------------------------------------------------------------------ scoring
     @property
     def score_block(self) -> int:

@@ -74,7 +74,7 @@ class RunConfig:
     progress: bool = True
     shard: str | None = None  # null: one process | "i/n" (0 <= i < n; a string, as Hydra reads 3/8) | merge
     chunk_seconds: float = 30.0  # default chunk_size: measured seconds of work per chunk after the first (zcp.probe.cost)
-    chunk_first: int = 8  # default chunk_size: units of the first chunk, timed for the cost plan's ETA
+    chunk_first: int = 8  # default chunk_size: units of the first chunk, timed for the cost plan's ETA (>= the generation batch if metrics generate)
 
     def __post_init__(self) -> None:
         check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")

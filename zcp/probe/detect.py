@@ -335,8 +335,9 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     extrapolated from it, is logged again in one line and, when `cost` is given, put into it (detect writes it to
     summary.json as `cost_plan`; not into run_meta.json, which must not depend on timings: a sharded run's merge
     writes it byte-identical to one process's). At the default `run.chunk_size` the first chunk holds
-    `settings.chunk_first` units and the later ones about `settings.chunk_seconds` of work each (at most
-    `probe_block` units); any other chunk_size is the units of every chunk. The progress bar advances per chunk.
+    `settings.chunk_first` units (at least the backend's generation batch when the metrics generate:
+    `generation_floor`) and the later ones about `settings.chunk_seconds` of work each (at least the first chunk's
+    size, at most `probe_block` units); any other chunk_size is the units of every chunk. The progress bar advances per chunk.
 
     `on_ready` runs once the directory is known to hold this run (or nothing yet), before any probing:
     run_detect writes config.yaml there, so a refused run never overwrites another run's config.
@@ -400,7 +401,7 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         log.info("%s; timing the first chunk for an ETA", plan.line())
     cap = probe_block(backend, settings.chunk_size)
     adaptive = settings.chunk_size == RunConfig.chunk_size
-    size = min(settings.chunk_first, cap) if adaptive else cap
+    size = min(max(settings.chunk_first, generation_floor(backend, probe)), cap) if adaptive else cap
     bar = None
     if settings.progress and todo:
         from tqdm.auto import tqdm
@@ -447,6 +448,17 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
         cost.update(plan.to_dict())
     wanted = set(keys)
     return [r for r in store.records if _key(r) in wanted]
+
+
+def generation_floor(backend: Backend, probe: ProbeConfig) -> int:
+    """The fewest units a default chunk holds when `probe.metrics` generate: the backend's generation batch
+    (`generate_block`, e.g. HFBackend's gen_batch_size), else 1. A chunk is one `generate` call; with fewer prompts
+    than a batch holds, every decoding step runs a part-empty batch (on a CPU a batch of 8 rows costs nearly what
+    one of 16 costs per step, and a batch lasts as long as its longest output), so a run of small chunks spends
+    up to twice the time of the same prompts in full batches. Records do not depend on it (batch invariance)."""
+    if not (needing(probe.metrics, "generation") or needing(probe.metrics, "full_cot")):
+        return 1
+    return max(1, int(getattr(backend, "generate_block", 0) or 0))
 
 
 def probe_block(backend: Backend, chunk_size: int) -> int:
