@@ -98,6 +98,33 @@ def test_compare_with_control_is_exact_for_tiny_sets_and_pools_seeds():
     assert control_markdown({}) == "" and "| D | original | P_all | 3 | 2 |" in control_markdown(tiny)
 
 
+def test_a_void_metric_is_shown_but_left_out_of_the_control_verdict():
+    """acc void on the control (most answers malformed) and p_first void on the audited side: both rows are
+    tested and marked, the verdict is p_all's alone (Bonferroni over one metric, not three); all void: no evidence."""
+    ids = [f"i{k}" for k in range(40)]
+    audited = {("D", "original"): {"acc": dict.fromkeys(ids, 0.0), "p_first": {i: 0.01 for i in ids},
+                                   "p_all": {i: k / 40 for k, i in enumerate(ids)}}}
+    control = {"acc": {f"c{k}": 0.0 for k in range(40)}, "p_first": {f"c{k}": 0.01 for k in range(40)},
+               "p_all": {f"c{k}": k / 40 - 0.2 for k in range(40)}}
+    metrics = ["acc", "p_first", "p_all"]
+    plain = compare_with_control(audited, control, metrics, seeds=[0], B=999, alpha=0.05)
+    block = compare_with_control(audited, control, metrics, seeds=[0], B=999, alpha=0.05,
+                                 void={("D", "original"): {"p_first": "shape"}}, control_void={"acc": "malformed"})
+    rows = {r["metric"]: r for r in block["results"]}
+    assert rows["acc"]["void"] == "void on the control set: malformed" and rows["acc"]["p_value"] == 1.0
+    assert rows["p_first"]["void"] == "void on the audited set: shape" and "void" not in rows["p_all"]
+    (v,) = block["verdicts"]
+    assert v["p_value"] == pytest.approx(rows["p_all"]["p_value"]) and v["driving_metric"] == "p_all"
+    assert v["void"] == {"acc": rows["acc"]["void"], "p_first": rows["p_first"]["void"]} and not v["void_all"]
+    assert plain["verdicts"][0]["p_value"] == pytest.approx(min(1.0, 3 * rows["p_all"]["p_value"]))  # diluted
+    text = control_markdown(block)
+    assert "| D | original | Acc (VOID) |" in text and "VOID rows are left out of the combined p" in text
+    every = compare_with_control(audited, control, metrics, seeds=[0], B=999, alpha=0.05,
+                                 control_void=dict.fromkeys(metrics, "x"))
+    assert every["verdicts"][0]["void_all"] and not every["verdicts"][0]["contaminated"]
+    assert "no: every metric is VOID" in control_markdown(every)
+
+
 def _files(tmp_path, n_data=6, n_control=5, overlap=False):
     data, control = _set("D", "a", n_data, m=1), _set(CONTROL, "c", n_control, m=1)
     c_items = control.originals + ([data.originals[0]] if overlap else [])
@@ -140,3 +167,32 @@ def test_control_keys_come_together_at_compose_time(given):
         validate(compose("detect", "data.path=x", "data.reference_path=y", *given), job="detect")
     validate(compose("detect", "data.path=x", "data.reference_path=y", "data.control_path=c.jsonl",
                      "data.control_reference_path=r.jsonl"), job="detect")
+
+
+def test_a_multi_convention_run_has_one_control_block(tmp_path):
+    """probe.prefill=[probe,hash]: each convention's run compares with the control, and the top-level summary.json
+    and table.md combine them (Bonferroni over every (convention, metric)), the primary's own verdict beside it."""
+    from zcp.probe.multiconv import detect_prefill
+
+    audited, control = _set("D", "a", 24), _set(CONTROL, "c", 20)
+    leaked = {it.question: it.answer for it in audited.originals[:12]}
+    s = detect_prefill(ShapePrior(leaked), [audited, control], PROBE, tmp_path, DetectSettings(**SETTINGS),
+                       prefill=["probe", "hash"], primary="hash")
+    block = s["control"]
+    per_conv = {c: json.loads((tmp_path / f"conv-{c}" / "summary.json").read_text())["control"]
+                for c in ("probe", "hash")}
+    assert [(r["convention"], r["metric"]) for r in block["convention_results"]] == [
+        (c, m) for c in ("probe", "hash") for m in ("p_first", "p_all")]
+    smallest = min((r["p_value"], c, r["metric"]) for c, b in per_conv.items() for r in b["results"])
+    (v,) = block["verdicts"]
+    assert v["n_tests"] == 4 and v["p_value"] == pytest.approx(min(1.0, 4 * smallest[0]))
+    driving = next(r for r in per_conv[v["driving_convention"]]["results"] if r["metric"] == v["driving_metric"])
+    assert driving["p_value"] == smallest[0] and v["contaminated"]  # (ties: any of the smallest)
+    assert v["primary"]["convention"] == "hash"
+    assert v["primary"]["p_value"] == pytest.approx(per_conv["hash"]["verdicts"][0]["p_value"])
+    for r in block["results"]:
+        ps = [x["p_value"] for x in per_conv.values() for x in x["results"] if x["metric"] == r["metric"]]
+        assert r["p_value"] == pytest.approx(min(1.0, 2 * min(ps)))
+    table = (tmp_path / "table.md").read_text()
+    assert "## Against the control set" in table and "primary `hash`" in table
+    assert json.loads((tmp_path / "summary.json").read_text())["control"] == block

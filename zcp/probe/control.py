@@ -37,7 +37,7 @@ from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError
 from zcp.probe.metrics import metric_label
-from zcp.probe.stats import c_cont, combine, two_sample_permutation_test
+from zcp.probe.stats import c_cont, two_sample_permutation_test
 
 CONTROL = "control"  # the control set's split name (records, results, verdicts)
 STATISTIC = "welch"  # the two-sample test's statistic (zcp.probe.stats.TWO_SAMPLE_STATISTICS)
@@ -96,17 +96,34 @@ def read_control(d: DataConfig, audited: Sequence[Item], audited_splits: Sequenc
 
 def compare_with_control(audited: Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]],
                          control: Mapping[str, Mapping[str, float]], metrics: Sequence[str], *,
-                         seeds: Sequence[int], B: int, alpha: float) -> dict[str, Any]:
+                         seeds: Sequence[int], B: int, alpha: float,
+                         void: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+                         control_void: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The control block: per audited (split, variant) and metric the two-sample test of the gaps, and a verdict.
 
     `audited[(split, variant)][metric]` and `control[metric]` map item id -> gap (the item's original-side mean
     minus the mean of its reference draws). Each seed runs one Monte Carlo stream of B relabellings (seeded from
     the seed, split, variant and metric, as the within-item test's are); the streams are pooled into one p,
     (1 + sum #)/(sum B + 1). Exact enumeration (C(n + n_control, n) <= B) needs no stream.
+
+    `void` ({(split, variant): {metric: reason}}, `zcp.probe.void.mark_void`'s map of the within-item results) and
+    `control_void` ({metric: reason}, the control's): a metric void on the audited side or on the control is
+    tested and shown but
+    marked `void` and left out of the verdict (`combine_valid`), as the within-item verdict leaves it out: a metric
+    that means nothing on one side (acc at 0% accuracy on both: every gap is 0, p = 1) must not dilute the others.
     """
+    from zcp.probe.void import combine_valid
+
+    void, control_void = void or {}, control_void or {}
     results, verdicts = [], []
     for (split, variant), by_metric in audited.items():
         pooled: dict[str, float] = {}
+        off: dict[str, str] = {}
+        for metric in metrics:
+            mine = void.get((split, variant), {}).get(metric)
+            if mine or control_void.get(metric):
+                off[metric] = (f"void on the audited set: {mine}" if mine else
+                               f"void on the control set: {control_void[metric]}")
         for metric in metrics:
             a = [by_metric.get(metric, {})[i] for i in sorted(by_metric.get(metric, {}))]
             b = [control.get(metric, {})[i] for i in sorted(control.get(metric, {}))]
@@ -126,9 +143,10 @@ def compare_with_control(audited: Mapping[tuple[str, str], Mapping[str, Mapping[
                             "n_control": main.n_b, "gap": main.mean_a, "gap_control": main.mean_b, "diff": main.diff,
                             "statistic": main.statistic, "t_obs": main.t_obs, "p_value": p, "c_cont": c_cont(p),
                             "p_floor": floor, "at_floor": p <= floor * (1 + 1e-9), "exact": main.exact,
-                            "n_relabellings": n_rel})
+                            "n_relabellings": n_rel, **({"void": off[metric]} if metric in off else {})})
         if pooled:
-            verdicts.append({"split": split, "variant": variant, **combine(pooled, alpha)})
+            verdicts.append({"split": split, "variant": variant,
+                             **combine_valid(pooled, {m: w for m, w in off.items() if m in pooled}, alpha)})
     return {"split": CONTROL, "test": f"two_sample_permutation_{STATISTIC}", "alternative": "audited gaps larger",
             "results": results, "verdicts": verdicts}
 
@@ -144,10 +162,18 @@ def control_markdown(block: Mapping[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in block["results"]:
         p = f"≤ {r['p_floor']:.2g}" if r["at_floor"] and not r["exact"] else f"{r['p_value']:.3g}"
-        lines.append(f"| {r['split']} | {r['variant']} | {metric_label(r['metric'])} | {r['n']} | {r['n_control']} "
+        label = (metric_label(r["metric"]) + (f" [`{r['convention']}`]" if r.get("convention") else "")
+                 + (" (VOID)" if r.get("void") else ""))
+        lines.append(f"| {r['split']} | {r['variant']} | {label} | {r['n']} | {r['n_control']} "
                      f"| {r['gap']:.4g} | {r['gap_control']:.4g} | {r['diff']:.4g} | {p} | {r['c_cont']:.3f} |")
     lines += ["", "| split | variant | combined p (Bonferroni) | C_cont | contaminated vs control |", "|---|---|---|---|---|"]
     for v in block["verdicts"]:
-        lines.append(f"| {v['split']} | {v['variant']} | {v['p_value']:.3g} | {v['c_cont']:.3f} | "
-                     f"{'yes' if v['contaminated'] else 'no'} (driven by {metric_label(v['driving_metric'])}) |")
+        said = ("no: every metric is VOID" if v.get("void_all") else
+                f"{'yes' if v['contaminated'] else 'no'} (driven by {metric_label(v['driving_metric'])}"
+                + (f" under `{v['driving_convention']}`" if v.get("driving_convention") else "") + ")")
+        lines.append(f"| {v['split']} | {v['variant']} | {v['p_value']:.3g} | {v['c_cont']:.3f} | {said} |")
+    voided = [r for r in block["results"] if r.get("void")]
+    if voided:
+        lines += ["", "VOID rows are left out of the combined p (Bonferroni over the others): "
+                  + "; ".join(f"{r['split']}/{r['variant']} {metric_label(r['metric'])}: {r['void']}" for r in voided)]
     return "\n".join(lines) + "\n"

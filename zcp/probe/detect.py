@@ -601,7 +601,8 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
     control = gaps.pop((CONTROL, ORIGINAL), None)
     if control is not None and any(s != CONTROL for s, _ in gaps):
         out["control"] = compare_with_control({k: v for k, v in gaps.items() if k[0] != CONTROL}, control, metrics,
-                                              seeds=settings.seeds, B=settings.bootstrap_samples, alpha=settings.alpha)
+                                              seeds=settings.seeds, B=settings.bootstrap_samples, alpha=settings.alpha,
+                                              void=void, control_void=void.get((CONTROL, ORIGINAL)))
     return out
 
 

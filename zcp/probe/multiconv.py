@@ -323,8 +323,50 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
     malformed = [{"convention": c, **m} for c in names for m in summaries[c].get("malformed", [])]
     warnings = [{"convention": c, **w, "warning": f"[{c}] {w['warning']}"} for c in names
                 for w in summaries[c].get("malformed_warnings", [])]
+    control = combine_control({c: summaries[c]["control"] for c in names if summaries[c].get("control")},
+                              settings.alpha, primary)
     return {"results": results, "convention_results": conv_results, "verdicts": verdicts, "malformed": malformed,
-            "malformed_warnings": warnings}
+            "malformed_warnings": warnings, **({"control": control} if control else {})}
+
+
+def combine_control(blocks: Mapping[str, Mapping[str, Any]], alpha: float, primary: str | None = None
+                    ) -> dict[str, Any] | None:
+    """The control comparison of a multi-convention run from each convention's control block
+    (`zcp.probe.control.compare_with_control`), combined as the within-item verdict is: `convention_results` every
+    row with its convention; `results` per (split, variant, metric) the row of the convention with the smallest p,
+    Bonferroni over the conventions where the metric is not VOID; `verdicts` per (split, variant) Bonferroni over
+    every non-VOID (convention, metric) (`combine_conventions`), with the primary convention's own verdict beside
+    it. None when no convention has a control block."""
+    if not blocks:
+        return None
+    names = list(blocks)
+    first = blocks[names[0]]
+    conv_results = [{"convention": c, **r} for c in names for r in blocks[c]["results"]]
+    grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in conv_results:
+        grouped[(r["split"], r["variant"], r["metric"])][r["convention"]] = r
+    results = []
+    for every in grouped.values():
+        rows = {c: r for c, r in every.items() if not r.get("void")} or every
+        conv, row = min(rows.items(), key=lambda kv: kv[1]["p_value"])
+        p = min(1.0, len(rows) * float(row["p_value"]))
+        results.append({**row, "convention": conv, "conventions": {c: float(r["p_value"]) for c, r in rows.items()},
+                        "rule": "bonferroni_over_conventions", "p_value": p, "c_cont": c_cont(p),
+                        "p_floor": min(1.0, len(rows) * float(row["p_floor"]))})
+    verdicts = []
+    for key in dict.fromkeys((v["split"], v["variant"]) for c in names for v in blocks[c]["verdicts"]):
+        table = {c: {r["metric"]: float(r["p_value"]) for r in blocks[c]["results"]
+                     if (r["split"], r["variant"]) == key and not r.get("void")} for c in names}
+        verdict = combine_conventions(table, alpha)
+        voided = {f"{c}/{r['metric']}": r["void"] for c in names for r in blocks[c]["results"]
+                  if (r["split"], r["variant"]) == key and r.get("void")}
+        if voided:
+            verdict.update(void=voided, void_all=not any(table.values()))
+        if primary in table:
+            verdict["primary"] = {"convention": primary, **combine_conventions({primary: table[primary]}, alpha)}
+        verdicts.append({"split": key[0], "variant": key[1], **verdict})
+    return {**{k: first[k] for k in ("split", "test", "alternative")}, "results": results,
+            "convention_results": conv_results, "verdicts": verdicts}
 
 
 def _write_union(out: Path, names: Sequence[str]) -> None:
@@ -557,6 +599,15 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
                   "(one generation per distinct prompt for every pre-fill)."]
     for w in summary.get("malformed_warnings") or []:
         lines += ["", f"**Warning**: {w['warning']}."]
+    if summary.get("control"):
+        from zcp.probe.control import control_markdown
+
+        lines += [control_markdown(summary["control"]).rstrip("\n"), "",
+                  "Control: each row is the metric's pre-fill with the smallest p (Bonferroni over the pre-fills); "
+                  "the verdict is Bonferroni over every (pre-fill, metric) not VOID"
+                  + "".join(f"; {v['split']}/{v['variant']} primary `{v['primary']['convention']}`: p = "
+                            f"{v['primary']['p_value']:.3g}" for v in summary["control"]["verdicts"] if v.get("primary"))
+                  + ". Each pre-fill's own comparison: its `conv-<name>/table.md`."]
     if summary.get("rendering"):
         from zcp.probe.prompts import describe_rendering
 
