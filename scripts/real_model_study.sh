@@ -29,11 +29,13 @@
 #               declared primary costs no reading generation (auto reads 40 neutral full-CoT outputs and the
 #               benchmark's) and cannot depend on the data. Then <out>/table4.md (real_model_study.py table4).
 #               medium: p_first and p_all only (acc and con generate, hours on a CPU; acc is VOID on this model,
-#               0% zero-CoT accuracy on GSM8K).
+#               0% zero-CoT accuracy on GSM8K), and the declared primary convention `hash` alone (each
+#               convention is another scoring pass: ~3 units/s on two cores with probe.answer_space=both).
 #   part_d      run_calibration parts=[real_originals], models {smollm2: model.path} (chat template rendered,
 #               probe built by run_detect's probe_config), no DiD, pools: the reserved word-problem pool and
 #               ArithMark, the same conventions as table4, metrics [acc,p_first,p_all] (+con with --with-con).
-#               full: sizes [50,100], null_pools 100; medium: sizes [50,100], 20 nulls, metrics [p_first,p_all];
+#               full: sizes [50,100], null_pools 100; medium: sizes [50,100], 20 nulls, metrics [p_first,p_all],
+#               prefills [hash];
 #               small: pools of 30 items, sizes [10,20], 20 subsets, 5 nulls.
 #   gsm8k_null  the shipped base model (model default) on part (d)'s gsm8k pool (GSM8K test, m = 3, the current
 #               builder), sizes [10,20,50], metrics [p_first,p_all], null_pools 100; full: the first 600 test rows
@@ -92,7 +94,10 @@ T4_METRICS="[acc,con,p_first,p_all]"; TEST_LIM=""
 BATCH=""; [[ -n $GEN ]] && BATCH="model.gen_batch_size=$GEN model.batch_size=$GEN"
 CONV="probe.prefill=[probe,hash,sentence_colon] probe.primary=hash"
 PD_METRICS="[acc,p_first,p_all]"; [[ $SIZE == full && $CON == 1 ]] && PD_METRICS="[acc,con,p_first,p_all]"
-[[ $SIZE == medium ]] && PD_METRICS="[p_first,p_all]"
+PD_CONV="[probe,hash,sentence_colon]"
+if [[ $SIZE == medium ]]; then  # one declared convention: three cost three times the scoring (~3 units/s here)
+  PD_METRICS="[p_first,p_all]"; PD_CONV="[hash]"; CONV="probe.prefill=hash"
+fi
 REL=$OUT/refs/$SIZE/release; TST=$OUT/refs/$SIZE/test   # per size: a small build is never kept for full
 
 build() {  # build DIR OVERRIDES...: run_build_data unless DIR/reference.jsonl is there
@@ -117,7 +122,7 @@ step_part_d() {
   "$PY" evaluate/run_calibration.py parts=[real_originals] model=smollm2-135m $BATCH logger=none \
     '~real_originals.models' '+real_originals.models={smollm2:${model.path}}' real_originals.base=null \
     '~real_originals.pools.gsm8k' $PD_POOLS $PD "real_originals.metrics=$PD_METRICS" \
-    real_originals.prefills=[probe,hash,sentence_colon] real_originals.records_root="$OUT/part_d/records" \
+    real_originals.prefills=$PD_CONV real_originals.records_root="$OUT/part_d/records" \
     output_dir="$OUT/part_d/run"
 }
 step_gsm8k_null() {
@@ -138,7 +143,7 @@ for s in refs table4 part_d gsm8k_null; do
   fi
   echo "== $s (<= ${t}s) -> $OUT/$s.log"; mkdir -p "$OUT/$s"; t0=$(date +%s)
   # a function cannot run under timeout(1): the step runs in a child bash that gets the functions and variables
-  export -f build step_$s; export PY HELP LIM REL TST RELEASE TEST OUT BATCH CONV PD PD_POOLS PD_METRICS GN T4_METRICS TEST_LIM
+  export -f build step_$s; export PY HELP LIM REL TST RELEASE TEST OUT BATCH CONV PD PD_POOLS PD_METRICS GN T4_METRICS TEST_LIM PD_CONV
   timeout -k 15 "$t" bash -c "step_$s" >"$OUT/$s.log" 2>&1; rc=$?
   "$PY" $HELP step --steps-json "$SJ" --name $s --rc $rc --seconds $(($(date +%s) - t0)) \
     --note "log: $s.log" || true
