@@ -235,6 +235,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
                           "else cut it short: delete it to redo the step it records, or use a new output_dir") from None
 
 
+_JOB_LOCKS: set[str] = set()  # lock files this process holds through a job's lock (`RunLock(job=True)`)
+
+
 class RunLock:
     """An exclusive lock on a run directory: a second run on the same directory refuses at once.
 
@@ -243,18 +246,29 @@ class RunLock:
     the holder instead: for a directory runs share on purpose (the simulations' base-model detection, whose
     records are the same whichever run writes them), it then resumes what the first one finished. `name` is
     the lock file's name (a second lock on the same directory, e.g. a queue taken before `.lock`).
+
+    `job=True`: the lock a job's entry point takes on its run directory before it loads the model (so a second
+    run is refused before loading one too); while it is held, the library functions the job calls may take
+    `RunLock` on the same directory again in this process and pass (they hold it through the job's). Any other
+    lock on the directory, a second job lock included, in this process or another, is refused as ever.
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, wait: float = 0.0, name: str = ".lock") -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], *, wait: float = 0.0, name: str = ".lock",
+                 job: bool = False) -> None:
         self.path = Path(run_dir) / name
         self.wait = float(wait)
+        self.job = job
         self._fh: Any = None
+        self._key: str | None = None
 
     def __enter__(self) -> RunLock:
         import fcntl
         import logging
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.path)
+        if not self.job and key in _JOB_LOCKS:  # held by this process's job, which called us
+            return self
         fh = open(self.path, "a+")
         deadline, said = time.monotonic() + self.wait, False
         while True:
@@ -279,11 +293,17 @@ class RunLock:
         fh.write(f"pid {os.getpid()}")
         fh.flush()
         self._fh = fh
+        if self.job:
+            self._key = key
+            _JOB_LOCKS.add(key)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import fcntl
 
+        if self._key is not None:
+            _JOB_LOCKS.discard(self._key)
+            self._key = None
         if self._fh is not None:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()

@@ -16,8 +16,10 @@ both its writer (zcp.probe.detect) and its readers (zcp.validate) need it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,8 @@ def check_run_dir_usable(path: str | os.PathLike[str], key: str = "output_dir") 
     """RunDirError (one line) unless a job can use `path` as its run directory, checked before any model loads:
     not a file, not (in) a symlink loop, and not held by a running job (its `RunLock`: the holder is named).
 
-    The job takes the lock itself later, when it writes; this early look saves loading a model for minutes only
-    to be refused (a second run starting within that load is still refused by the lock, after it)."""
+    A job then takes the lock itself (`claimed_run_dir`, before it loads a model); this first look is the one of a
+    job that cannot hold it that early."""
     import errno
 
     from zcp.core.io import RunLock
@@ -112,6 +114,37 @@ def claim_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, Any
                           f"this {job} run: fingerprint {fp}); use another {key}, or delete {d} to rebuild it")
     write_json(stamp, {"job": job, "fingerprint": fp, "made_of": made_of})
     return bool(found)
+
+
+@contextlib.contextmanager
+def claimed_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, Any] | None, *,
+                    products: tuple[str, ...] = (), key: str = "output_dir", adopt: Any = None) -> Iterator[bool]:
+    """Hold the run directory `path` for a job from before its model loads to its end, claimed for this run.
+
+    Takes the directory's job lock (`RunLock(job=True)`: a second run on it is refused at once, naming the holder,
+    and the library functions the job calls lock it again through this one), then, unless `made_of` is None (a lock
+    alone), applies `claim_run_dir` (`products`, `key`, `adopt` as there); yields what that returns (True: it
+    already holds this configuration's run). Why before the model loads: a refused run must not cost a model load,
+    and a second run must not slip in while the first loads. A directory this made (it was not there) that the run
+    leaves on an error before writing anything but the lock and the fingerprint is removed again, so a refusal
+    after the model loaded (e.g. no prompt fits its context) still leaves nothing behind.
+    """
+    from zcp.core.io import RunLock
+
+    d = Path(path)
+    made = [p for p in (d, *d.parents) if not p.exists()]  # what taking the lock creates, deepest first
+    with RunLock(d, job=True):
+        try:
+            yield claim_run_dir(d, job, made_of, products=products, key=key, adopt=adopt) if made_of is not None \
+                else False
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if made and {p.name for p in d.iterdir()} <= {".lock", RUN_FINGERPRINT}:
+                    for name in (RUN_FINGERPRINT, ".lock"):
+                        (d / name).unlink(missing_ok=True)
+                    for p in made:
+                        p.rmdir()  # stops (OSError) at the first that holds something else
+            raise
 
 
 # ------------------------------------------------------------------------------------------ a detection run dir

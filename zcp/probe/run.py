@@ -6,11 +6,13 @@ second verdict): this module wires them to a config and a run dir, so neither of
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from zcp.probe.conventions import is_single_default
 from zcp.probe.datasets import load_datasets
 from zcp.probe.detect import (
+    META,
     RECORDS,
     SUMMARY,
     TABLE,
@@ -20,6 +22,7 @@ from zcp.probe.detect import (
     probe_config,
 )
 from zcp.probe.multiconv import (
+    CONV_PREFIX,
     convention_probe,
     detect_conventions,
     did_conventions,
@@ -27,7 +30,13 @@ from zcp.probe.multiconv import (
     listed_conventions,
     without_default_prefill,
 )
-from zcp.probe.shard import merge_shards, probe_shard, source_fingerprint, without_shard
+from zcp.probe.shard import merge_shards, probe_shard, shard_dir, source_made_of, without_shard
+
+# a detection run's results in its directory: one of them there (or a multi-convention run's conv-<name>/) without a
+# run_fingerprint.json is a run of unknown configuration (zcp.core.rundir.claim_run_dir), resumed only when its
+# config.yaml is this run's. Not config.yaml alone, nor shards/: the shards of one run write them unlocked, each
+# checked by its own rule (zcp.probe.shard: shard.json's source)
+PRODUCTS = (RECORDS, SUMMARY, TABLE, META)
 
 
 def run_detect(cfg: Any) -> dict[str, Any]:
@@ -46,7 +55,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     from zcp.config import run_dir, save_config, to_dict, validate
     from zcp.config.model import check_model_files
     from zcp.core.io import model_fingerprint, seed_everything
-    from zcp.core.rundir import check_run_dir_usable
+    from zcp.core.rundir import check_run_dir_usable, claimed_run_dir, fingerprint_of
     from zcp.core.tracking import Tracker
     from zcp.errors import ConfigError
 
@@ -62,7 +71,6 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         base_weights,
         detect_did,
         free_memory,
-        without_null_base,
     )
 
     mc = job.model
@@ -77,7 +85,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
                "adapter": model_fingerprint(mc.adapter) if local else None, **base_weights(base_mc)}
     # run.shard is no part of the run: every shard, the merge and one process of the command share one directory;
     # nor are probe.prefill / probe.auto where they change no record (a default run keeps its directory)
-    plain = without_default_prefill(without_shard(without_null_base(cfg)))
+    plain = run_dir_config(cfg)
     out = run_dir(plain, "detect", job.data.name, mc.display_name(), extra=weights)
     check_run_dir_usable(out)  # a file, a symlink loop or a directory another run holds: refused before any load
     settings = DetectSettings(seeds=seeds, bootstrap_samples=job.stats.bootstrap_samples, alpha=job.stats.alpha,
@@ -100,10 +108,17 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         (conv,) = listed_conventions(prefill, probe) or ()
         probe = convention_probe(probe, conv)
         extra.update(prefill=prefill, convention=conv.to_dict())
-    source = source_fingerprint(plain, weights) if sharded else ""
+    made_of = source_made_of(plain, weights)  # what the records are made from: the directory's fingerprint
+    source = fingerprint_of(made_of) if sharded else ""
     saved = without_shard(cfg, keep_null=True)  # a shard's and the merge's config.yaml: the one-process one
+
+    def claimed() -> Any:  # the run dir, locked and claimed for this configuration (zcp.core.rundir: the one rule)
+        convs = tuple(p.name for p in out.glob(f"{CONV_PREFIX}*")) if out.is_dir() else ()
+        return claimed_run_dir(out, "detect", made_of, products=PRODUCTS + convs,
+                               adopt=lambda d: _config_file_made_of(d, weights) == made_of)
+
     if sharded and job.run.shard_spec is None:  # run.shard=merge: the statistics and reports, once
-        with Tracker(job.logger, run_config=to_dict(saved), run_dir=str(out), job_type="detect") as tracker:
+        with claimed(), Tracker(job.logger, run_config=to_dict(saved), run_dir=str(out), job_type="detect") as tracker:
             summary = merge_shards(datasets, probe, out, settings, source=source, tracker=tracker, extra=extra,
                                    title=title, on_ready=lambda: save_config(saved, out))
             files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
@@ -112,35 +127,61 @@ def run_detect(cfg: Any) -> dict[str, Any]:
         print((out / TABLE).read_text())
         print(f"wrote {out}")
         return summary
-    backend = build_backend(cfg.model)
-    check_backend_metrics(backend, probe)
-    if sharded:  # run.shard=i/n: this shard's units only, no test, no tracker run (the merge makes the one run)
-        meta = probe_shard(backend, datasets, probe, out, settings, job.run.shard_spec, source=source,
-                           on_ready=lambda: save_config(saved, out))
-        print(f"wrote shard {job.run.shard} of {out}: {meta['n_units']} of {meta['n_units_total']} units; once every "
-              "shard has finished, run the same command with run.shard=merge")
-        return meta
-    with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
-        if multi:  # each convention in <out>/conv-<name>/, the combined verdict in <out>/
-            summary = detect_conventions(backend, datasets, probe, out, settings, listed_conventions(prefill, probe),
-                                         job.probe.auto, prefill=prefill, tracker=tracker, extra=extra, title=title,
-                                         on_ready=lambda: save_config(cfg, out), primary=job.probe.primary)
-        else:
-            summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
-                             on_ready=lambda: save_config(cfg, out))
-        if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
-            del backend  # the audited model leaves memory before the base model loads
-            free_memory()
-            summary = (did_conventions(base_mc, datasets, probe, out, settings, summary, tracker) if multi else
-                       detect_did(base_mc, datasets, probe, out, settings, summary, tracker))
-        files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
-        if base_mc is not None:
-            files += [str(out / DID_MD)] + ([] if multi else [str(out / "base" / SUMMARY), str(out / "base" / TABLE)])
-        if job.logger.log_records:
-            files.append(str(out / RECORDS))
-        tracker.artifact("detect-results", "zcp-detect", files)
+    # the directory is held from before the model loads (a second run on it is refused without loading one): a shard
+    # its own shard's (the n shards of one run share `out`), any other run `out`, claimed for this configuration
+    with claimed_run_dir(shard_dir(out, *job.run.shard_spec), "detect", None) if sharded else claimed():
+        backend = build_backend(cfg.model)
+        check_backend_metrics(backend, probe)
+        if sharded:  # run.shard=i/n: this shard's units only, no test, no tracker run (the merge makes the one run)
+            meta = probe_shard(backend, datasets, probe, out, settings, job.run.shard_spec, source=source,
+                               on_ready=lambda: save_config(saved, out))
+            print(f"wrote shard {job.run.shard} of {out}: {meta['n_units']} of {meta['n_units_total']} units; once "
+                  "every shard has finished, run the same command with run.shard=merge")
+            return meta
+        with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
+            if multi:  # each convention in <out>/conv-<name>/, the combined verdict in <out>/
+                summary = detect_conventions(backend, datasets, probe, out, settings,
+                                             listed_conventions(prefill, probe), job.probe.auto, prefill=prefill,
+                                             tracker=tracker, extra=extra, title=title,
+                                             on_ready=lambda: save_config(cfg, out), primary=job.probe.primary)
+            else:
+                summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
+                                 on_ready=lambda: save_config(cfg, out))
+            if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
+                del backend  # the audited model leaves memory before the base model loads
+                free_memory()
+                summary = (did_conventions(base_mc, datasets, probe, out, settings, summary, tracker) if multi else
+                           detect_did(base_mc, datasets, probe, out, settings, summary, tracker))
+            files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+            if base_mc is not None:
+                files += [str(out / DID_MD)] + ([] if multi else [str(out / "base" / SUMMARY),
+                                                                   str(out / "base" / TABLE)])
+            if job.logger.log_records:
+                files.append(str(out / RECORDS))
+            tracker.artifact("detect-results", "zcp-detect", files)
     print((out / TABLE).read_text())
     if base_mc is not None:
         print((out / DID_MD).read_text())
     print(f"wrote {out}")
     return summary
+
+
+def run_dir_config(cfg: Any) -> Any:
+    """`cfg` as it names and claims the run directory: without `run.shard`, and without the keys at defaults that
+    change no record (`without_default_prefill`, `without_null_base`)."""
+    from zcp.probe.did import without_null_base
+
+    return without_default_prefill(without_shard(without_null_base(cfg)))
+
+
+def _config_file_made_of(out: Path, weights: dict[str, Any]) -> dict[str, Any] | None:
+    """What the run whose config.yaml is in `out` is made from (`source_made_of`, with this run's `weights`: the file
+    does not hold them), or None without a readable config.yaml: how a directory made before run directories had a
+    fingerprint is recognised as this configuration's."""
+    from omegaconf import OmegaConf
+
+    path = out / "config.yaml"
+    try:
+        return source_made_of(run_dir_config(OmegaConf.load(path)), weights) if path.is_file() else None
+    except Exception:
+        return None

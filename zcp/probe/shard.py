@@ -25,7 +25,6 @@ writes the run's files: byte-identical records.jsonl and run_meta.json, and the 
 
 from __future__ import annotations
 
-import json
 import logging
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,9 +32,10 @@ from typing import Any
 
 from zcp.backends.base import Backend
 from zcp.core.heap import long_lived_heap
-from zcp.core.io import RunLock, read_json, stable_hash, write_json, write_jsonl
+from zcp.core.io import RunLock, read_json, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
+from zcp.core.rundir import fingerprint_of
 from zcp.errors import RunDirError
 from zcp.probe.detect import (
     META,
@@ -112,14 +112,22 @@ def without_shard(cfg: Any, keep_null: bool = False) -> Any:
     return OmegaConf.create(d)
 
 
-def source_fingerprint(cfg: Any, weights: dict[str, Any]) -> str:
+def source_made_of(cfg: Any, weights: dict[str, Any]) -> dict[str, Any]:
     """What the records of a run are made from, known without loading the model: the config without the keys that
-    change no record (`NOT_IN_SOURCE`) and the model's content fingerprints (`weights`). Every shard stores it and
-    the merge compares it with its own, so a shard probed with another model, data or probe is named as stale."""
+    change no record (`NOT_IN_SOURCE`) and the model's content fingerprints (`weights`, under `__weights__`). The
+    detect job claims its run directory with it (`zcp.core.rundir.claim_run_dir`), so a directory holds one such
+    run; rerunning with other statistics (stats.*, seeds) or chunking re-reads the same records."""
     from zcp.config import to_dict
 
     d = {k: v for k, v in to_dict(cfg).items() if k not in NOT_IN_SOURCE}
-    return stable_hash(json.dumps({**d, "__weights__": weights}, sort_keys=True, default=str), 16)
+    return {**d, "__weights__": weights}
+
+
+def source_fingerprint(cfg: Any, weights: dict[str, Any]) -> str:
+    """The fingerprint of `source_made_of` (`zcp.core.rundir.fingerprint_of`: the run directory's). Every shard
+    stores it and the merge compares it with its own, so a shard probed with another model, data or probe is named
+    as stale."""
+    return fingerprint_of(source_made_of(cfg, weights))
 
 
 def _check_run_meta(out: Path, fingerprint: str, what: str) -> None:

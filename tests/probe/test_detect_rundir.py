@@ -1,0 +1,190 @@
+"""The detect job's run directory: one rule for every kind of run (`zcp.core.rundir.claim_run_dir`), checked with
+the directory locked before any model loads.
+
+- a multi-convention run into a directory holding another configuration's run is refused in one line naming both
+  fingerprints, before any model loads and with nothing written; the same configuration resumes;
+- a second run on a directory (or shard) another run holds is refused before it builds its model;
+- a directory from before the fingerprint, whose config.yaml is this run's, is resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from configs import compose
+from fakes import FakeBackend
+
+from zcp.benchmarks.loaders import save_items
+from zcp.core.items import Item
+from zcp.core.rundir import RUN_FINGERPRINT
+from zcp.errors import RunDirError
+
+Q = "Ann has {a} pens and gets {b} more. How many pens?"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_tok, tiny_model) -> Path:
+    """A model folder (the weights' fingerprint names the run; the backend itself is a FakeBackend) and 4 items with
+    one reference row each."""
+    root = tmp_path_factory.mktemp("rundir_world")
+    tiny_model.save_pretrained(root / "model")
+    tiny_tok.save_pretrained(root / "model")
+    items = [Item(f"q{i}", Q.format(a=i + 10, b=3), str(i + 13)) for i in range(4)]
+    refs = [Item(f"q{i}::r0", Q.format(a=i + 40, b=3), str(i + 43), metadata={"original_id": f"q{i}"})
+            for i in range(4)]
+    save_items(root / "bench.jsonl", items)
+    save_items(root / "ref.jsonl", refs)
+    return root
+
+
+def _cfg(world: Path, out: Path, *extra: str):
+    return compose("detect", f"model.path={world / 'model'}", f"data.path={world / 'bench.jsonl'}",
+                   f"data.reference_path={world / 'ref.jsonl'}", "data.format=items", "data.name=bench",
+                   "logger=none", "run.progress=false", "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=50",
+                   f"output_dir={out}", *extra)
+
+
+class _Counting(FakeBackend):
+    """A FakeBackend with a context of 8 positions and a token per character: no prompt fits."""
+
+    context_length = 8
+
+    def count_tokens(self, prompts, texts=()):
+        return [len(p.user) for p in prompts], [len(t) for t in texts]
+
+
+def _backend(monkeypatch, made: list | None = None, kind: type[FakeBackend] = FakeBackend) -> FakeBackend:
+    import zcp.backends.registry
+
+    fb = kind({Q.format(a=10, b=3): "13"})
+
+    def build(*a, **k):
+        if made is not None:
+            made.append(a)
+        return fb
+
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", build)
+    return fb
+
+
+def _never_load(monkeypatch) -> list:
+    import zcp.backends.registry
+
+    built: list = []
+
+    def refuse(*a, **k):
+        built.append(a)
+        raise AssertionError("a model was loaded before the directory was refused")
+
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", refuse)
+    return built
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    """Every file under `d` (but the lock file, whose content names the last holder) and its bytes."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def _detect(cfg):
+    from zcp.probe.run import run_detect
+
+    return run_detect(cfg)
+
+
+@pytest.mark.parametrize("first", [
+    ("probe.prefill=[probe,hash,sentence]",),  # a finished multi-convention run of 3 conventions
+    (),  # a finished default (single-convention) run
+])
+def test_a_multi_convention_run_refuses_another_configurations_directory_before_loading(world, tmp_path,
+                                                                                          monkeypatch, first):
+    from zcp.config import one_line_errors
+
+    out = tmp_path / "run"
+    _backend(monkeypatch)
+    _detect(_cfg(world, out, *first))
+    before = _snapshot(out)
+    old = json.loads((out / RUN_FINGERPRINT).read_text())["fingerprint"]
+    built = _never_load(monkeypatch)
+    with pytest.raises(RunDirError) as e:
+        _detect(_cfg(world, out, "probe.prefill=[probe,boxed]"))
+    msg = str(e.value)
+    assert "\n" not in msg and not built
+    found = re.search(r"another configuration \(fingerprint ([0-9a-f]{16}); this detect run: ([0-9a-f]{16}); "
+                      r"differing: ([^)]*)\)", msg)
+    assert found and found.group(1) == old and found.group(2) != old, msg
+    assert "probe.prefill" in found.group(3)
+    assert _snapshot(out) == before  # nothing written: the old run's records, summary, table, config stay
+
+    def entry_point() -> None:  # what evaluate/run_detect.py makes of it: exit 2, the one line
+        _detect(_cfg(world, out, "probe.prefill=[probe,boxed]"))
+
+    with pytest.raises(SystemExit) as exit_:
+        one_line_errors(entry_point)()
+    assert exit_.value.code == 2 and _snapshot(out) == before
+
+
+def test_the_same_multi_convention_configuration_resumes(world, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    _backend(monkeypatch)
+    first = _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
+    records = {p: p.read_text() for p in out.glob("conv-*/records.jsonl")}
+    fb = _backend(monkeypatch)
+    again = _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
+    assert fb.calls == {"score": 0, "generate": 0}  # nothing probed again
+    assert {p: p.read_text() for p in records} == records and again["verdicts"] == first["verdicts"]
+
+
+def test_a_directory_from_before_the_fingerprint_is_resumed_when_its_config_is_this_one(world, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    _backend(monkeypatch)
+    _detect(_cfg(world, out))
+    stamp = json.loads((out / RUN_FINGERPRINT).read_text())
+    (out / RUN_FINGERPRINT).unlink()  # a run made before the file existed
+    fb = _backend(monkeypatch)
+    _detect(_cfg(world, out))
+    assert fb.calls == {"score": 0, "generate": 0}
+    assert json.loads((out / RUN_FINGERPRINT).read_text()) == stamp
+    (out / RUN_FINGERPRINT).unlink()
+    built = _never_load(monkeypatch)
+    with pytest.raises(RunDirError, match=r"holds records\.jsonl but no run_fingerprint\.json \(a run of unknown "
+                                          r"configuration; this detect run: fingerprint [0-9a-f]{16}\)"):
+        _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
+    assert not built
+
+
+@pytest.mark.parametrize("extra", [(), ("probe.prefill=[probe,hash]",), ("run.shard=0/2",)])
+def test_a_second_run_on_a_busy_directory_is_refused_before_it_loads_a_model(world, tmp_path, monkeypatch, extra):
+    """The first run holds the directory (a shard: its shard's) from before its model is built: a second run started
+    while the first is loading is refused at once, and never builds its own."""
+    import zcp.backends.registry
+
+    out = tmp_path / "run"
+    cfg = _cfg(world, out, *extra)
+    fb = FakeBackend({})
+    built: list = []
+    refused: list[str] = []
+
+    def build(*a, **k):
+        built.append(a)
+        if len(built) == 1:  # the first run is loading its model: a second run of the same command starts
+            with pytest.raises(RunDirError, match="in use by another run") as e:
+                _detect(cfg)
+            refused.append(str(e.value))
+        return fb
+
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", build)
+    _detect(cfg)
+    assert len(built) == 1 and len(refused) == 1 and "\n" not in refused[0]
+
+
+def test_a_run_refused_after_its_model_loaded_leaves_no_directory(world, tmp_path, monkeypatch):
+    """The lock (and the fingerprint) are written before the model loads; a run refused later, before anything of it
+    was written (here: nothing left to test once the prompts are fitted to the model's context), leaves nothing."""
+    _backend(monkeypatch, kind=_Counting)
+    out = tmp_path / "new" / "run"
+    with pytest.raises(Exception, match=r"nothing left to test|more positions than the model"):
+        _detect(_cfg(world, out, "data.on_overflow=skip"))
+    assert not (tmp_path / "new").exists()
