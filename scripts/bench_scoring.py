@@ -687,14 +687,9 @@ def vs_lm_eval(args: argparse.Namespace, lm_side: Callable[[Any, Any, int], Any]
         longest = max(padded_length(e.end, loaded.model_positions()) for e in enc)
         budget = args.batch_size * longest
 
-        mask: dict[str, bool | None] = {"free": None}
-
-        def fresh(model: Any = model, tok: Any = tok, budget: int = budget, mask: dict = mask) -> HFBackend:
-            """A backend with empty caches over the loaded model; the mask decision of the check's backend (made
-            once in a backend's life, on its first padded batch) carried over, so runs do not each re-make it."""
-            be = HFBackend(model, tok, max_batch_size=args.batch_size, max_batch_tokens=budget)
-            be._mask_free = mask["free"]
-            return be
+        def fresh(model: Any = model, tok: Any = tok, budget: int = budget) -> HFBackend:
+            """A backend with empty caches over the loaded model."""
+            return HFBackend(model, tok, max_batch_size=args.batch_size, max_batch_tokens=budget)
 
         entry: dict[str, Any] = {"path": path, "params": sum(p.numel() for p in model.parameters()),
                                  "vocab": len(tok), "prompt_tokens_mean": statistics.fmean(e.start for e in enc),
@@ -709,7 +704,6 @@ def vs_lm_eval(args: argparse.Namespace, lm_side: Callable[[Any, Any, int], Any]
         lm_sums = lm.loglikelihood(pairs)
         scorer = fresh()
         zcp_sums = [sum(r.token_logprobs) for r in scorer.score(reqs)]
-        entry["mask_free"] = mask["free"] = scorer.mask_free
         recs = probe_items(fresh(), items, cfg)
         probe_sums = [math.log(r["p_all"]) * r["n_answer_tokens"] for r in recs]
         entry["max_abs_logprob_diff"] = logprob_gap(zcp_sums, lm_sums)

@@ -233,35 +233,31 @@ def test_shipped_model_scores_the_same_alone_or_in_any_batch():
 
 class _LooksAhead(torch.nn.Module):
     """A model whose positions see the padding after them when no mask hides it (attention that looks ahead):
-    without a mask, a row's logits at token 0 move by a tenth per padding token."""
+    without a mask, a row's logits at token 0 move by a tenth per padding token. Records the mask of each call."""
 
     def __init__(self, inner, pad_id: int) -> None:
         super().__init__()
         self.inner, self.pad_id = inner, pad_id
         self.config, self.generation_config = inner.config, inner.generation_config
+        self.masks: list = []
 
     def forward(self, input_ids, attention_mask=None, **kw):
+        self.masks.append(attention_mask)
         out = self.inner(input_ids=input_ids, attention_mask=attention_mask, **kw)
         if attention_mask is None:
             out.logits[..., 0] += 0.1 * (input_ids == self.pad_id).sum(1)[:, None].float()
         return out
 
 
-def test_scoring_drops_the_mask_only_where_it_changes_nothing(tiny_model, tiny_tok):
+def test_scoring_always_passes_the_attention_mask(tiny_model, tiny_tok):
     reqs = _varied_requests(20, seed=3)
-    masked = HFBackend(tiny_model, tiny_tok, max_batch_size=4)
-    masked._mask_free = False  # always the mask: the reference
-    want = [r.token_logprobs for r in masked.score(reqs)]
-    causal = HFBackend(tiny_model, tiny_tok, max_batch_size=4)
-    assert causal.mask_free is None
-    assert [r.token_logprobs for r in causal.score(reqs)] == want  # bit for bit
-    assert causal.mask_free is True  # a causal LM: right padding is invisible to the scored positions
-    ahead = HFBackend(_LooksAhead(tiny_model, masked.pad_id), tiny_tok, max_batch_size=4)
-    assert [r.token_logprobs for r in ahead.score(reqs)] == want
-    assert ahead.mask_free is False  # the first padded batch told the two apart: the mask stays
-    dropped = HFBackend(_LooksAhead(tiny_model, masked.pad_id), tiny_tok, max_batch_size=4)
-    dropped._mask_free = True  # what scoring without the check would give that model
-    assert [r.token_logprobs for r in dropped.score(reqs)] != want
+    plain = HFBackend(tiny_model, tiny_tok, max_batch_size=4)
+    want = [r.token_logprobs for r in plain.score(reqs)]
+    model = _LooksAhead(tiny_model, plain.pad_id)
+    ahead = HFBackend(model, tiny_tok, max_batch_size=4)
+    assert [r.token_logprobs for r in ahead.score(reqs)] == want  # padding hidden from a model that looks ahead
+    assert model.masks and all(m is not None for m in model.masks)  # every forward got the mask
+    assert any(bool((m == 0).any()) for m in model.masks)  # and some batch held padding for it to hide
 
 
 def test_padded_length_depends_on_the_row_alone(backend):

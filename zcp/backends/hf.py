@@ -6,16 +6,15 @@ tokenisation boundary live in `zcp.backends.tokenized.TokenizedBackend`, shared 
 
 Scoring right-pads each row to a length bucket of its own (`padded_length`) and batches rows of one
 bucket under a token budget, so a request's log-probs do not depend on the other requests (bit-exact
-on CPU with MKL, measured). A causal LM never lets a position see a later one, so the padding after a row
-is invisible to every position scored: the forward then runs without an attention mask (the attention's
-causal path, ~10% less time on a 2-layer model), once the first padded batch gave bit-identical logits at
-its scored positions both ways (`HFBackend.mask_free`; a model that does look ahead keeps the mask).
-Generation sorts prompts by length and left-pads them.
+on CPU with MKL, measured). Every forward gets the attention mask, so padding is hidden whatever the model's
+attention does. Generation sorts prompts by length and left-pads them.
+
+Building a backend changes nothing process-wide: no allocator settings, no garbage-collector state. Such
+tuning belongs to the program that runs it (e.g. `MALLOC_*_` environment variables, a preloaded allocator).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from array import array
 from collections.abc import Sequence
@@ -26,8 +25,6 @@ import torch
 from zcp.backends.base import GenerationRequest, ScoreRequest, ScoreResult
 from zcp.backends.tokenized import ScoringEncoding, TokenizedBackend, cut_at_eos, postprocess
 from zcp.core.io import model_fingerprint
-
-log = logging.getLogger(__name__)
 
 _MIN_HEAD_ROWS = 16  # see `score`
 
@@ -78,18 +75,12 @@ class HFBackend(TokenizedBackend):
         self.gen_batch_size = gen_batch_size
         self.progress = progress
         self.device = next(model.parameters()).device
-        if self.device.type == "cpu":  # passes reuse their activation memory (faulting it in: up to ~12% of a CPU run)
-            from zcp.core.heap import retain_freed_memory
-
-            retain_freed_memory()
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad_id = int(pad)
         self.eos_ids = self.eos_token_ids(getattr(model.generation_config, "eos_token_id", None))
         self._logits_to_keep = True
-        # Score right-padded rows without an attention mask? None: not decided yet (see `mask_free`)
-        self._mask_free: bool | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *, adapter: str | None = None, dtype: str = "auto",
@@ -178,17 +169,7 @@ class HFBackend(TokenizedBackend):
             ids[mask] = torch.frombuffer(flat, dtype=torch.long)
         return ids.to(self.device), mask.long().to(self.device)
 
-    @property
-    def mask_free(self) -> bool | None:
-        """Whether scoring runs without an attention mask: None until the first scoring batch that holds padding,
-        then whether that batch's logits at every scored position were bit-identical with and without the mask
-        (that batch keeps the masked ones; the check costs that batch one more forward). Right padding comes after
-        every scored position, so a causal LM cannot see it and the two agree; a model whose attention looks ahead
-        (or kernels that differ between the masked and the causal path, float noise on some GPUs) keeps the mask
-        for the backend's life."""
-        return self._mask_free
-
-    def _logits(self, ids: torch.Tensor, mask: torch.Tensor | None, keep: int) -> torch.Tensor:
+    def _logits(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (all positions for a model without `logits_to_keep`)."""
         if self._logits_to_keep:
             try:
@@ -218,7 +199,7 @@ class HFBackend(TokenizedBackend):
             # differ from its blocked kernel's, so a short request alone would get other logits than in a batch.
             keep = ids.shape[1] - min(enc[i].start for i in batch) + 1
             keep = max(keep, min(ids.shape[1], -(-_MIN_HEAD_ROWS // len(batch))))
-            logits = self._logits(ids, None if self._mask_free else mask, keep)
+            logits = self._logits(ids, mask, keep)
             offset = ids.shape[1] - logits.shape[1]
             rows, pos, tgt = [], [], []
             for r, i in enumerate(batch):
@@ -228,10 +209,6 @@ class HFBackend(TokenizedBackend):
                 tgt += e.continuation_ids
             at = (torch.tensor(rows, device=self.device), torch.tensor(pos, device=self.device))
             sel = logits[at]
-            if self._mask_free is None and any(enc[i].end < width for i in batch):  # a batch that holds padding
-                self._mask_free = bool(torch.equal(sel, self._logits(ids, None, keep)[at]))
-                log.info("scoring %s an attention mask: the first padded batch's scored logits %s without it",
-                         "without" if self._mask_free else "with", "are the same" if self._mask_free else "differ")
             lp = torch.log_softmax(sel.float(), dim=-1)
             tok_lp = lp.gather(1, torch.tensor(tgt, device=self.device)[:, None])[:, 0].tolist()
             mu: list[float] = []

@@ -20,7 +20,6 @@ import numpy as np
 
 from zcp.backends.base import Backend
 from zcp.config.groups import DataConfig, RunConfig, StatsConfig
-from zcp.core.heap import long_lived_heap
 from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
@@ -326,8 +325,8 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
                     settings: DetectSettings, on_ready: Callable[[], Any] | None = None,
                     overflow: list[dict[str, Any]] | None = None,
                     planned: tuple[list[tuple[tuple[str, str, str, int], Item]], list[dict[str, Any]]] | None = None,
-                    rendering: dict[str, Any] | None = None, cost: dict[str, Any] | None = None
-                    ) -> list[dict[str, Any]]:
+                    rendering: dict[str, Any] | None = None, cost: dict[str, Any] | None = None,
+                    warnings: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Probe every unit not yet in out_dir/records.jsonl (resume), appending chunk by chunk.
 
     Before probing, the cost plan (`zcp.probe.cost`: units, distinct prompts, score requests, zero-CoT and full-CoT
@@ -343,7 +342,9 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     run_detect writes config.yaml there, so a refused run never overwrites another run's config.
     `planned` is `plan_units`' result when the caller planned before writing anything (detect does);
     `rendering` (`zcp.probe.prompts.prompt_rendering`) is stored in run_meta.json, and a directory whose records
-    were rendered otherwise (e.g. model.chat changed under the same output_dir) is refused.
+    were rendered otherwise (e.g. model.chat changed under the same output_dir) is refused. `warnings`, when given,
+    receives a {file, units, warning} entry when the records on disk held a unit twice with different content
+    (`RecordStore.conflicts`: the first copy is kept); detect writes them to summary.json as `record_warnings`.
     """
     out = Path(out_dir)
     units, report = planned if planned is not None else plan_units(backend, datasets, probe, settings)
@@ -382,6 +383,8 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
     # at most the chunk in flight
     store = RecordStore(out / RECORDS, key=_key, sync_behind=True)
     existing = store.load(expect=unit_mismatch(planned_fields(units, backend, probe)))  # foreign rows: re-probed
+    if store.conflicts and warnings is not None:  # a unit held twice with different content: which copy was kept
+        warnings.append({"file": str(store.path), "units": len(store.conflicts), "warning": store.conflict_warning()})
     done = set(store.keys())
     todo = [(k, it) for k, it in units if k not in done]
     if existing:
@@ -606,7 +609,6 @@ def analyse(records: list[dict[str, Any]], metrics: Sequence[str], settings: Det
     return out
 
 
-@long_lived_heap()  # what is alive when a run starts (the model, the datasets) is left out of its full collections
 def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConfig, out_dir: str | Path,
            settings: DetectSettings | None = None, *, tracker: Any = None, extra: dict[str, Any] | None = None,
            title: str | None = None, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
@@ -615,11 +617,10 @@ def detect(backend: Backend, datasets: Sequence[DetectDataset], probe: ProbeConf
     Before anything is written (the directory included) the units are fitted to the model's context
     (`plan_units`) and a dataset left with no item to test is refused (`check_testable`): an empty report
     is no result. The run directory is then locked for the duration (a second run on it refuses at once).
-    What is alive when it starts (the model, the datasets) is kept out of the run's garbage collections
-    (`zcp.core.heap.long_lived_heap`).
     summary.json and table.md say how the prompts were rendered (`rendering`), which items were left out and
     why (`datasets[].left_out`, the "n = 26 of 40 items" line), and flag acc/con as void where most answers
-    are malformed (`malformed_warnings`, above MALFORMED_WARN_RATE).
+    are malformed (`malformed_warnings`, above MALFORMED_WARN_RATE); a unit the records held twice with different
+    content is in `record_warnings` (and a table.md warning line, as the data warnings `extra` brings are).
     """
 
     settings = settings or DetectSettings()
@@ -687,8 +688,10 @@ def _detect_locked(backend: Backend, datasets: Sequence[DetectDataset], probe: P
                    cover: list[dict[str, Any]], rendering: dict[str, Any]) -> dict[str, Any]:
     overflow: list[dict[str, Any]] = []
     cost: dict[str, Any] = {}
-    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering, cost)
-    extra = {**(extra or {}), "cost_plan": cost}
+    notes: list[dict[str, Any]] = []
+    records = collect_records(backend, datasets, probe, out, settings, on_ready, overflow, planned, rendering, cost,
+                              notes)
+    extra = {**(extra or {}), **({"record_warnings": notes} if notes else {}), "cost_plan": cost}
     return write_results(records, backend.name, datasets, probe, out, settings, tracker=tracker, extra=extra,
                          title=title, overflow=overflow, cover=cover, rendering=rendering)
 

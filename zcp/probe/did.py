@@ -258,14 +258,10 @@ def without_null_base(cfg: Any) -> Any:
 
 def free_memory() -> None:
     """After the caller dropped its last reference to a backend: collect it and, on a GPU, empty the allocator's
-    cache, so the next model loads into the memory the previous one held (two need not fit at once); on CPU the heap's
-    free memory goes back to the system (`zcp.core.heap.release_freed_memory`)."""
+    cache, so the next model loads into the memory the previous one held (two need not fit at once)."""
     import gc
 
-    from zcp.core.heap import release_freed_memory
-
     gc.collect()
-    release_freed_memory()
     try:
         import torch
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from zcp.backends.base import Backend
-from zcp.core.heap import long_lived_heap
 from zcp.core.io import RunLock, read_json, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
@@ -140,7 +139,6 @@ def _check_run_meta(out: Path, fingerprint: str, what: str) -> None:
         raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
 
 
-@long_lived_heap()  # as detect: the model and the datasets left out of the shard's full collections
 def probe_shard(backend: Backend, datasets: list[DetectDataset], probe: ProbeConfig, out: str | Path,
                 settings: DetectSettings, shard: tuple[int, int], *, source: str,
                 on_ready: Any = None) -> dict[str, Any]:
@@ -198,8 +196,10 @@ def _shard_count(out: Path) -> int:
 
 
 def _read_shard(out: Path, i: int, n: int, source: str, order: dict[tuple[str, str, str, int], int],
-                owner: dict[tuple[str, str], int], first: dict[str, Any] | None) -> tuple[dict[str, Any], list]:
-    """Shard i's shard.json and records, after checking that it finished this run (else a one-line RunDirError)."""
+                owner: dict[tuple[str, str], int], first: dict[str, Any] | None,
+                warnings: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list]:
+    """Shard i's shard.json and records, after checking that it finished this run (else a one-line RunDirError);
+    a unit its records hold twice with different content (the first copy kept) is logged and put in `warnings`."""
     sdir = shard_dir(out, i, n)
     again = f"run the same command with run.shard={i}/{n}"
     if not (sdir / SHARD_META).exists():
@@ -216,6 +216,10 @@ def _read_shard(out: Path, i: int, n: int, source: str, order: dict[tuple[str, s
     path = sdir / RECORDS
     store = RecordStore(path, _key)  # the shard's finished records (a torn last line of a killed shard dropped)
     unique = {_key(r): r for r in store.unique(store.read())}
+    if store.conflicts:
+        log.warning("%s", store.conflict_warning())
+        if warnings is not None:
+            warnings.append({"file": str(path), "units": len(store.conflicts), "warning": store.conflict_warning()})
     if len(unique) < int(meta["n_units"]):
         raise RunDirError(f"run.shard=merge: shard {i}/{n} is not finished ({path} holds {len(unique)} of its "
                           f"{meta['n_units']} units); {again} (it resumes), then merge")
@@ -268,7 +272,7 @@ def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | P
                 except RunDirError:
                     raise RunDirError(f"run.shard=merge: shard {i}/{n} is still running ({shard_dir(out, i, n)} is "
                                       "locked); wait for it to finish, then merge") from None
-            meta, recs = _read_shard(out, i, n, source, order, owner, metas[0] if metas else None)
+            meta, recs = _read_shard(out, i, n, source, order, owner, metas[0] if metas else None, notes)
             if not metas:
                 check = unit_mismatch(_merge_plan(datasets, probe, meta))
             why = next((w for w in map(check, recs) if w is not None), None)
@@ -293,5 +297,7 @@ def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | P
         write_jsonl(out / RECORDS, records)
         log.info("merged %d shards: %d units into %s", n, len(records), out / RECORDS)
         cover = coverage(datasets, [(_key(r), None) for r in records])  # type: ignore[misc]
+        if notes:  # as one process's summary.json says them
+            extra = {**(extra or {}), "record_warnings": notes}
         return write_results(records, first["model"], datasets, probe, out, settings, tracker=tracker, extra=extra,
                              title=title, overflow=first["overflow"], cover=cover, rendering=first["rendering"])
