@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--detect-arg", action="append", default=[], help="an extra run_detect override (repeatable)")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
-    from zcp.core.machine import git_commit, machine_state
+    from machine import git_commit, machine_state
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_detect_real_"))
     work.mkdir(parents=True, exist_ok=True)

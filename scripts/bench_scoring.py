@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import cpu_split, git_commit, machine_state  # scripts/machine.py
 
 from zcp.backends.base import Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend, padded_length
-from zcp.core.machine import cpu_split, git_commit, machine_state
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
 # issue 21's done-when: end-to-end run_detect / raw batched forward, median of three runs in one invocation

@@ -14,6 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _load():
+    if str(REPO / "scripts") not in sys.path:  # as when the script runs: its folder (scripts/machine.py) importable
+        sys.path.insert(0, str(REPO / "scripts"))
     spec = importlib.util.spec_from_file_location("bench_scoring", REPO / "scripts" / "bench_scoring.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_scoring"] = mod

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from zcp.core.io import read_json, read_jsonl, stable_hash, write_json
-from zcp.core.machine import git_commit, load_average
 from zcp.core.rundir import MODEL
 from zcp.probe.suppression import suppression_signal
 
@@ -225,9 +225,20 @@ def suppression_fpr(roots: Sequence[str], *, B: int) -> dict[str, Any]:
             "n_multi": len(multi), "contrast_flagged": sum(bool(r["contrast_flagged"]) for r in multi)}
 
 
+def _git_commit() -> str:
+    """HEAD's short commit of the checkout the study runs in, or "" outside a git checkout."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return ""
+
+
 def machine() -> dict[str, Any]:
-    """Where and when the study ran: host, CPUs, load, commit, UTC time."""
-    return {"host": platform.node(), "cpus": os.cpu_count(), "load": load_average(), "commit": git_commit() or "",
+    """Where and when the study ran: host, CPUs, load (1/5/15 min, None where the platform has none), commit,
+    UTC time; the study's report states them beside its figures."""
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {"host": platform.node(), "cpus": os.cpu_count(), "load": load, "commit": _git_commit(),
             "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 

@@ -1,7 +1,9 @@
-"""Where and under what a measurement ran: the checkout's commit, the machine's load, its CPU time split.
+"""Where and under what a benchmark ran: the checkout's commit, the machine's load, its CPU time split.
 
-Studies and benchmarks state the machine, commit and load they ran under (figures in docs say which machine,
-command and date produced them); these are the one place that reads them.
+The benchmark scripts beside this file (bench_scoring.py, bench_detect_real.py) state the machine, commit and load
+they ran under (figures in docs say which machine, command and date produced them). A benchmark's helper, not part
+of the zcp library: reading /proc is the scripts' business, not the library's. Imported as `machine` (the scripts'
+folder is on sys.path when a script runs).
 """
 
 from __future__ import annotations
