@@ -150,16 +150,31 @@ def _read_items(d: DataConfig, path: Any, seed: int | None, duplicate_key: str,
     """The selected items of one data file (or of the generated benchmark) with the keys of all its rows."""
     fmt = d.format
     if fmt in GENERATED_FORMATS and (fmt == "arithmark" or not path):
-        return _generated(d, path, seed, duplicate_key, issues)
-    if not path:
-        raise ConfigError(f"data.path is required for data.format={fmt} (the benchmark file; formats "
-                          f"{' and '.join(GENERATED_FORMATS)} generate their items without one)")
-    fields = field_map(dataclasses.asdict(d.fields), where="data.fields")
-    bench = load_benchmark(path, _file_format(fmt), fields=fields, variant=d.variant, limit=d.limit,
-                           sample=d.sample, seed=d.sample_seed, on_invalid=d.on_invalid,
-                           on_duplicate=d.on_duplicate, duplicate_key=duplicate_key)
-    issues += [*bench.skipped, *bench.warnings]
+        bench = _generated(d, path, seed, duplicate_key, issues)
+    else:
+        if not path:
+            raise ConfigError(f"data.path is required for data.format={fmt} (the benchmark file; formats "
+                              f"{' and '.join(GENERATED_FORMATS)} generate their items without one)")
+        fields = field_map(dataclasses.asdict(d.fields), where="data.fields")
+        bench = load_benchmark(path, _file_format(fmt), fields=fields, variant=d.variant, limit=d.limit,
+                               sample=d.sample, seed=d.sample_seed, on_invalid=d.on_invalid,
+                               on_duplicate=d.on_duplicate, duplicate_key=duplicate_key)
+        issues += [*bench.skipped, *bench.warnings]
+    _check_sample(d, bench, issues)
     return bench
+
+
+def _check_sample(d: DataConfig, bench: Benchmark, issues: list[dict[str, Any]]) -> None:
+    """A WARNING and a data warning ({file, warning}: summary.json's data_warnings, table.md) when `data.sample` asks
+    for more items than the data has: every item is then taken, so the run is no random sample of that size (a
+    sample-size study would read the same items at every size)."""
+    if d.sample is None or len(bench.items) >= int(d.sample):
+        return
+    where = bench.path or f"the generated {d.format} benchmark"
+    message = (f"data.sample={d.sample} is larger than the data: all {len(bench.items)} of its usable items are "
+               "taken (no random subset)")
+    log.warning("%s: %s", where, message)
+    issues.append({"file": where, "warning": message})
 
 
 def _generated(d: DataConfig, path: Any, seed: int | None, duplicate_key: str,

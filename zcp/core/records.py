@@ -13,7 +13,8 @@ stopped, and both must read such a file back the same way. The rules, kept in on
   background while the caller goes on): a kill loses at most the batch in flight, and what it leaves of it is
   one torn last line;
 - with a `key` function the store keeps the first record of each key (later duplicates, e.g. two writers before
-  the run lock existed, are dropped by `load`) and answers keyed lookups.
+  the run lock existed, are dropped by `load`; one that differs from the kept copy is warned about, naming which
+  copy was kept: `conflicts`) and answers keyed lookups.
 
 The serialisation is the projects' JSONL everywhere: `json.dumps(row, ensure_ascii=False)` and a newline.
 """
@@ -50,6 +51,12 @@ def _line(row: Record) -> str:
     return _encode(row) + "\n"
 
 
+def _short(value: Any) -> str:
+    """A value as a warning quotes it: its JSON, cut to 40 characters."""
+    text = _encode(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 class RecordStore:
     """A JSONL file of records, appended batch by batch and read back after a kill.
 
@@ -79,6 +86,8 @@ class RecordStore:
         self.torn = 0  # torn last lines dropped by the last read (0 or 1)
         self.clean = True  # the last read found every line whole and the file ending in a newline
         self.mismatched = 0  # records the last `load`'s `expect` dropped
+        # (key, differing fields, kept, dropped) of the later copies `unique` last dropped that differ from the kept
+        self.conflicts: list[tuple[Hashable, list[str], Record, Record]] = []
 
     # ------------------------------------------------------------------------------ reading
     def read(self) -> list[Record]:
@@ -109,13 +118,33 @@ class RecordStore:
         return rows
 
     def unique(self, rows: Iterable[Record]) -> list[Record]:
-        """The first record of each key, in order (every record without a `key`)."""
+        """The first record of each key, in order (every record without a `key`).
+
+        A later record of a key whose content differs from the first one's (not a plain copy: two writers that
+        probed the same unit differently) is dropped all the same, and listed in `conflicts` as (key, the fields
+        that differ, the kept and the dropped record); `conflict_warning` says it in one line."""
+        self.conflicts = []
         if self.key is None:
             return list(rows)
         seen: dict[Hashable, Record] = {}
         for r in rows:
-            seen.setdefault(self.key(r), r)
+            k = self.key(r)
+            first = seen.setdefault(k, r)
+            if first is not r and first != r:
+                fields = sorted(f for f in {*first, *r} if first.get(f, ...) != r.get(f, ...))
+                self.conflicts.append((k, fields, first, r))
         return list(seen.values())
+
+    def conflict_warning(self) -> str | None:
+        """One line on the records `unique` last dropped although they differ from the kept copy of their key
+        (which copy was kept, and how they differ), or None when there were none."""
+        if not self.conflicts:
+            return None
+        key, fields, kept, dropped = self.conflicts[0]
+        f = fields[0]
+        return (f"{self.path}: {len(self.conflicts)} unit(s) held twice with different content (e.g. {key}: "
+                f"{', '.join(fields)} differ, {f} {_short(kept.get(f))} in the first copy, {_short(dropped.get(f))} "
+                "in the later); the first copy in the file kept, the later dropped")
 
     def load(self, keep: Callable[[list[Record]], list[Record]] | None = None, *,
              expect: Callable[[Record], str | None] | None = None) -> list[Record]:
@@ -144,6 +173,8 @@ class RecordStore:
         else:
             rows_kept = rows
         kept = self.unique(rows_kept)
+        if self.conflicts:
+            log.warning("%s", self.conflict_warning())
         if keep is not None:
             kept = keep(kept)
         if self.torn:

@@ -276,7 +276,8 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
     over the conventions (Bonferroni: K_conv x the smallest p; S, S_ref, n, ... of the convention with that p,
     named `convention`; `conventions`: every convention's p); `verdicts`: per (split, variant) the one test over
     every (convention, metric) p (`combine_conventions`), with the per-seed stability display computed the same
-    way from each row's per-seed p-values; `malformed` and `malformed_warnings` per convention.
+    way from each row's per-seed p-values; `malformed`, `malformed_warnings` and `record_warnings` (when any) per
+    convention.
     """
     names = [c.name for c in conventions]
     by_conv = {c: summaries[c]["results"] for c in names}
@@ -323,10 +324,12 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
     malformed = [{"convention": c, **m} for c in names for m in summaries[c].get("malformed", [])]
     warnings = [{"convention": c, **w, "warning": f"[{c}] {w['warning']}"} for c in names
                 for w in summaries[c].get("malformed_warnings", [])]
+    records = [{"convention": c, **w} for c in names for w in summaries[c].get("record_warnings", [])]
     control = combine_control({c: summaries[c]["control"] for c in names if summaries[c].get("control")},
                               settings.alpha, primary)
     return {"results": results, "convention_results": conv_results, "verdicts": verdicts, "malformed": malformed,
-            "malformed_warnings": warnings, **({"control": control} if control else {})}
+            "malformed_warnings": warnings, **({"record_warnings": records} if records else {}),
+            **({"control": control} if control else {})}
 
 
 def combine_control(blocks: Mapping[str, Mapping[str, Any]], alpha: float, primary: str | None = None
@@ -514,9 +517,10 @@ def is_multi(prefill: Any) -> bool:
 def format_conventions_table(summary: dict[str, Any], title: str | None = None) -> str:
     """table.md of a multi-convention run: a row per (split, variant, convention) with S_ref, S and C_cont per
     metric, then per (split, variant) the row over all conventions (each metric Bonferroni over the conventions;
-    the combined C_cont and verdict over every (convention, metric)); then auto's reading and the notes."""
+    the combined C_cont and verdict over every (convention, metric)); then auto's reading and the notes, with the
+    warnings (`zcp.probe.report.warning_lines`)."""
     from zcp.probe.metrics import metric_label
-    from zcp.probe.report import c_cont_text, void_lines
+    from zcp.probe.report import c_cont_text, void_lines, warning_lines
 
     multi = len(summary.get("seeds", [0])) > 1
 
@@ -599,6 +603,7 @@ def format_conventions_table(summary: dict[str, Any], title: str | None = None) 
                   "(one generation per distinct prompt for every pre-fill)."]
     for w in summary.get("malformed_warnings") or []:
         lines += ["", f"**Warning**: {w['warning']}."]
+    lines += warning_lines(summary)
     if summary.get("control"):
         from zcp.probe.control import control_markdown
 

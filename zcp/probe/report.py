@@ -58,12 +58,42 @@ def void_lines(results: Sequence[dict[str, Any]], by: str = "") -> list[str]:
     return ["", "VOID metrics (reported, left out of the combined verdict):", *out] if out else []
 
 
+def warning_lines(summary: dict[str, Any]) -> list[str]:
+    """table.md's `**Warning**:` lines for what summary.json lists besides the malformed answers: the data warnings
+    (`data_warnings`: a reference set identical to the data, `data.sample` larger than the data, ...; those of
+    single rows counted per file with the first), the repeated questions merged (`skipped_rows` with
+    `duplicate_of`, per file) and the units the records held twice with different content (`record_warnings`).
+    Each line is preceded by an empty one; none when there is nothing to say (the table is then as without it)."""
+    lines: list[str] = []
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for w in summary.get("data_warnings") or []:
+        if "row" in w:
+            rows.setdefault(str(w.get("file")), []).append(w)
+        else:
+            lines.append(f"{w['file']}: {w['warning']}" if w.get("file") else str(w["warning"]))
+    for file, ws in rows.items():
+        first = ws[0]
+        who = f"row {first['row']}" + (f" ({first['id']})" if first.get("id") else "")
+        lines.append(f"{file}: {len(ws)} row(s) warned about (listed in summary.json data_warnings), e.g. {who}: "
+                     f"{first['warning']}")
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for r in summary.get("skipped_rows") or []:
+        if r.get("duplicate_of"):
+            merged.setdefault(str(r.get("file")), []).append(r)
+    for file, rs in merged.items():
+        shown = ", ".join(f"{r['id']} = {r['duplicate_of']}" for r in rs[:3]) + (", ..." if len(rs) > 3 else "")
+        lines.append(f"{file}: {len(rs)} repeated question(s) merged, each counted once with its first copy kept "
+                     f"({shown}; listed in summary.json skipped_rows)")
+    lines += [str(w["warning"]) for w in summary.get("record_warnings") or []]
+    return [x for line in lines for x in ("", f"**Warning**: {line}.")]
+
+
 def format_table(summary: dict[str, Any], title: str | None = None) -> str:
     """Markdown table: one row per (split, variant); S_ref, S and C_cont per metric; then verdicts.
 
     Below it: the items left out per dataset ("n = 26 of 40 items: 14 without a reference row, left out"),
-    what the context-overflow policy did, warnings that void a metric (malformed answers), how the prompts
-    were rendered, and the malformed-rate table.
+    what the context-overflow policy did, warnings that void a metric (malformed answers), the other warnings
+    summary.json lists (`warning_lines`), how the prompts were rendered, and the malformed-rate table.
     """
     results = summary["results"]
     metrics: list[str] = []
@@ -117,6 +147,7 @@ def format_table(summary: dict[str, Any], title: str | None = None) -> str:
                                                            summary.get("overflow_key", "data.on_overflow")) + "."]
     for w in summary.get("malformed_warnings") or []:
         lines += ["", f"**Warning**: {w['warning']}."]
+    lines += warning_lines(summary)
     if summary.get("rendering"):
         from zcp.probe.prompts import describe_rendering
 

@@ -265,6 +265,7 @@ def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | P
         owner = item_shards(datasets, n)
         metas: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []
+        notes: list[dict[str, Any]] = []  # units a shard's records hold twice with different content
         for i in range(n):
             if (shard_dir(out, i, n) / SHARD_META).exists():
                 try:

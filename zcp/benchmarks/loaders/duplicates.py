@@ -85,7 +85,7 @@ class _Duplicates:
                 rec: dict[str, Any] = {"file": path or name}
                 if "row" in it.metadata:
                     rec["row"] = it.metadata["row"]
-                rec.update(id=it.id, field="question",
+                rec.update(id=it.id, field="question", duplicate_of=first.id,
                            reason=f"duplicate of '{first.id}'{where}: the same question, counted once "
                                   f"({self.key}=merge)")
                 ids.append(it.id)
@@ -104,7 +104,8 @@ def check_duplicates(items: Sequence[Item], path: str | None = None, on_duplicat
     else). `on_duplicate="error"`: a repeated question raises a one-line DataError naming the file (`path`,
     or `name`) and the ids, first few groups and their count, and the config `key` that merges them.
     `"merge"`: the first occurrence (list order) is kept, every other copy is left out and appended to
-    `dropped` ({file, row, id, field, reason}, what summary.json lists as skipped rows). Copies with
+    `dropped` ({file, row, id, field, duplicate_of, reason}, what summary.json lists as skipped rows; table.md
+    counts them in a warning line). Copies with
     different gold answers (`answers_equal` false) raise under both policies, naming the ids and answers.
     Why: a repeated item is not independent evidence, and would shrink the test's p-value with every copy.
     """
