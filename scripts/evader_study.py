@@ -3,7 +3,7 @@ suppression signals' false-positive rate on clean sets -> docs/results/evader.md
 dirs (training, detections, baselines: the commands are in docs/results/evader.md); probes only the neutral set.
 
     python scripts/evader_study.py --spec docs/results/evader_runs.json --out docs/results/evader_tables.md \
-        --clean-root outputs/contaminate --clean-root /work/conv_study/outputs/contaminate
+        --clean-root outputs/contaminate --clean-root OTHER_CHECKOUT/outputs/contaminate
 """
 
 from __future__ import annotations

@@ -202,15 +202,15 @@ def test_clean_items_exclude_the_benchmark():
     assert all(it.id.startswith("clean-") for it in clean)
 
 
-def test_trainer_args_rejects_unknown_fields_and_forces_cpu_safety():
+def test_trainer_args_rejects_unknown_fields_and_forces_cpu_safety(tmp_path):
     from trl import SFTConfig
 
     from zcp.simulate.sft import trainer_args
 
     with pytest.raises(ValueError, match="unknown SFTConfig fields"):
-        trainer_args(SFTConfig, {"num_train_epochs": 1, "not_a_field": 3}, output_dir="/tmp/x", seed=0,
+        trainer_args(SFTConfig, {"num_train_epochs": 1, "not_a_field": 3}, output_dir=str(tmp_path / "x"), seed=0,
                      report_to="none", cpu=True)
-    args = trainer_args(SFTConfig, {"bf16": True, "gradient_checkpointing": True, "seed": 99}, output_dir="/tmp/x",
+    args = trainer_args(SFTConfig, {"bf16": True, "gradient_checkpointing": True, "seed": 99}, output_dir=str(tmp_path / "x"),
                         seed=5, report_to="none", cpu=True)
     assert (args.use_cpu, args.bf16, args.gradient_checkpointing, args.seed) == (True, False, False, 5)
     assert getattr(args, "activation_checkpointing", False) is False
@@ -508,7 +508,7 @@ def test_shipped_base_model_gets_contaminated(tmp_path):
     assert (fin_c - fin_ref) - (base_c - base_ref) >= 0.05, (base_c, base_ref, fin_c, fin_ref)
 
 
-def test_detection_settings_do_not_change_the_training_run_dir():
+def test_detection_settings_do_not_change_the_training_run_dir(tmp_path):
     from zcp.simulate.contaminate import _run_dir
 
     cfg = {"name": "x", "seed": 0, "exposure": {"k": 2}}
@@ -516,7 +516,7 @@ def test_detection_settings_do_not_change_the_training_run_dir():
                      "stages": ["contaminate", "detect"]})
     assert same == _run_dir(cfg) and same.parent == Path("outputs") / "contaminate"
     assert _run_dir({**cfg, "exposure": {"k": 3}}) != same
-    assert _run_dir({**cfg, "output_dir": "/tmp/here"}) == Path("/tmp/here")
+    assert _run_dir({**cfg, "output_dir": str(tmp_path / "here")}) == tmp_path / "here"
 
 
 def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
