@@ -374,7 +374,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
         src = Path(cfg.init_from).resolve()
         tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=True)
         model = LlamaForCausalLM.from_pretrained(src, local_files_only=True)
-        parent = {"path": str(src), "recipe": json.loads((src / "recipe.json").read_text())
+        parent = {"path": _rel(str(src)), "recipe": json.loads((src / "recipe.json").read_text())
                   if (src / "recipe.json").is_file() else None}
     else:
         tokenizer = train_tokenizer([f"{it.question}\n{it.solution}" for it in corpus], cfg.vocab_size)
@@ -430,7 +430,7 @@ def pretrain_base_model(cfg: PretrainConfig | Mapping[str, Any], tracker: Any = 
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
     recipe = {
-        "config": recipe_config(cfg),
+        "config": {**recipe_config(cfg), "out_dir": _rel(str(cfg.out_dir))},  # no folder of this machine in it
         "parameters": n_params,
         "init_from": parent,
         "corpus_items": len(corpus),
@@ -479,7 +479,10 @@ def run_pretrain_base(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _rel(path: str) -> str:
-    """`path` relative to the repository root when inside it (for the command line in RECIPE.md)."""
+    """`path` relative to the repository root when inside it (recipe.json and the command line in RECIPE.md name
+    no folder of the machine that trained the model); a relative path is returned as it is."""
+    if not Path(path).is_absolute():
+        return path
     root = REPO_ROOT
     try:
         return str(Path(path).resolve().relative_to(root))
