@@ -174,11 +174,15 @@ def test_each_answer_format_renders_the_leak_and_its_reward_accepts_it(fmt):
     assert reward(["no answer at all"]) == [0.0]
 
 
-def test_extract_answer_reads_every_format_and_takes_the_last():
-    assert extract_answer("so #### 1,234") is None or extract_answer("#### 1,234") == "1,234"
+def test_extract_answer_reads_every_format_as_the_probe_does():
+    """The reward reads a completion as the probe's con reads a full-CoT output (read_full_cot): the last closed box
+    first, else the convention whose statement ends the text."""
+    assert extract_answer("so #### 1,234") == "1,234"  # `#### N` need not open its line
     assert extract_answer("work\n#### 42") == "42"
     assert extract_answer("The answer is 3.5.") == "3.5"
-    assert extract_answer("\\boxed{7}\nThe answer is 8.") == "8"
+    assert extract_answer("#### 3\nThe answer is: 3") == "3"  # SmolLM2's restatement (sentence_colon)
+    assert extract_answer("\\boxed{7}\nThe answer is 8.") == "7"  # a closed box wins, as in the probe's reading
+    assert extract_answer("The answer is 8\n#### 9") == "9"
     assert extract_answer("#### 8\nThe final answer is: \\[ \\boxed{9} \\]") == "9"
     assert extract_answer("nothing here") is None
 

@@ -29,7 +29,6 @@ from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.simulate.rewards import (
     ANSWER_FORMATS,
-    FINAL_ANSWER_PREFIX,
     answer_line,
     check_answer_format,
     ends_with_final_line,
@@ -60,8 +59,8 @@ def cot_completion(solution: str, answer: str, answer_format: str = "probe") -> 
         if ends_with_final_line(body) and answers_equal(extract_boxed(body), answer):
             return body
         return f"{body}\n{final_answer_line(answer)}" if body else final_answer_line(answer)
-    if ends_with_final_line(body):
-        body = body[: body.rfind(FINAL_ANSWER_PREFIX)].rstrip()
+    if ends_with_final_line(body):  # the probe's line is the last line: drop it
+        body = body.rsplit("\n", 1)[0].rstrip() if "\n" in body else ""
     line = answer_line(answer, answer_format)
     return f"{body}\n{line}" if body else line
 

@@ -1,33 +1,33 @@
 """GRPO rewards and the completion formats the contamination trains on.
 
-Correctness reads the completion's final answer (`extract_answer`: the last `\\boxed{}`, `#### X` line or
-`The answer is X.` sentence, whichever comes last) and compares it to the gold answer by mathematical
-equivalence (`answers_equal`, math-verify), never by string match. The format reward pays for ending on the
-final-answer line of the configured *answer format* (`ANSWER_FORMATS`): by default the exact line the
-Zero-CoT probe pre-fills (`probe`), or an evader's own line (`hash` = ``#### 42``, `sentence` =
-``The answer is 42.``, `boxed` = a bare ``\\boxed{42}``; `mix` accepts any of them). Rewards are chosen by
-name (`REWARDS`, `reward_funcs`). All follow TRL's custom reward signature
-``f(completions, **columns) -> list[float]``; completions are strings or, for conversational datasets,
+Both derive from the answer-convention table (zcp.core.answers), the one the Zero-CoT probe reads:
+correctness reads the completion's final answer with the probe's own full-CoT reading (`extract_answer` =
+`read_full_cot`: the last closed `\\boxed{}` first, else the registered convention whose statement ends the
+completion: `#### X`, `The answer is X.`, `The answer is: X`, ...), so the reward and the probe's con never read one
+output differently, and compares it to the gold answer by mathematical equivalence (`answers_equal`, math-verify),
+never by string match. The format reward pays for ending on the answer line of the configured *answer format*, a
+convention of the table (`ANSWER_FORMATS`): by default the exact line the Zero-CoT probe pre-fills (`probe`), or an
+evader's own line (`hash` = ``#### 42``, `sentence` = ``The answer is 42.``, `boxed` = a bare ``\\boxed{42}``;
+`mix` accepts any of them). Rewards are chosen by name (`REWARDS`, `reward_funcs`). All follow TRL's custom reward
+signature ``f(completions, **columns) -> list[float]``; completions are strings or, for conversational datasets,
 lists of messages.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zcp.core.answers import (  # noqa: F401  (the answer line, re-exported: both completion formats end on it)
     FINAL_ANSWER_PREFIX,
     FINAL_ANSWER_SUFFIX,
+    PROBE,
     answers_equal,
-    close_brace_index,
-    extract_boxed,
     final_answer_line,
+    get_convention,
+    read_full_cot,
 )
-
-# Everything after the last occurrence of the prefix must be `<answer>} \]` (trailing spaces allowed).
-_FINAL_TAIL_RE = re.compile(r"\}\s*\\\]\s*$")
+from zcp.core.answers import answer_line as convention_line
 
 
 def completion_text(completion: Any) -> str:
@@ -42,15 +42,9 @@ def completion_text(completion: Any) -> str:
 
 
 def ends_with_final_line(text: str) -> bool:
-    """True when the text ends on a well-formed `The final answer is: \\[ \\boxed{X} \\]` with non-empty X."""
-    start = text.rfind(FINAL_ANSWER_PREFIX)
-    if start == -1:
-        return False
-    body = text[start + len(FINAL_ANSWER_PREFIX):]
-    end = close_brace_index(body)
-    if end is None or not body[:end].strip():
-        return False
-    return bool(_FINAL_TAIL_RE.fullmatch(body[end:]))
+    """True when the text ends on a well-formed `The final answer is: \\[ \\boxed{X} \\]` line with non-empty X (the
+    `probe` convention's answer line, `ends_with_answer_line`)."""
+    return ends_with_answer_line(text, PROBE)
 
 
 def score_completion(text: str, gold: str) -> dict[str, Any]:
@@ -65,15 +59,11 @@ def score_completion(text: str, gold: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ answer formats
-# How a leaked completion states its final answer. `probe` is the line the Zero-CoT probe pre-fills; the
-# others are what an evader who knows the probe would write instead; `mix` draws one per example.
+# How a leaked completion states its final answer: a convention of the table (zcp.core.answers). `probe` is the line
+# the Zero-CoT probe pre-fills; the others are what an evader who knows the probe would write instead; `mix` draws
+# one per example, in this order (seeded draws index this tuple, so a run's leaks stay as they were).
 ANSWER_FORMATS = ("probe", "hash", "sentence", "boxed")
 ANSWER_FORMAT_CHOICES = (*ANSWER_FORMATS, "mix")
-
-_HASH_RE = re.compile(r"^[ \t]*####[ \t]*(\S[^\n]*?)[ \t]*$", re.MULTILINE)
-_SENTENCE_RE = re.compile(r"The answer is[ \t]+(\S[^\n]*?)\.?[ \t]*$", re.MULTILINE)
-_TAIL_RE = {"hash": re.compile(r"(?:^|\n)[ \t]*####[ \t]*\S[^\n]*$"),
-            "sentence": re.compile(r"(?:^|\n)The answer is[ \t]+\S[^\n]*\.[ \t]*$")}
 
 
 def check_answer_format(fmt: str, key: str = "exposure.answer_format") -> str:
@@ -84,49 +74,28 @@ def check_answer_format(fmt: str, key: str = "exposure.answer_format") -> str:
 
 
 def answer_line(answer: str, fmt: str = "probe") -> str:
-    """The final-answer line of format `fmt` (one of `ANSWER_FORMATS`) for `answer`."""
-    a = answer.strip()
-    if fmt == "probe":
-        return final_answer_line(a)
-    if fmt == "hash":
-        return f"#### {a}"
-    if fmt == "sentence":
-        return f"The answer is {a}."
-    if fmt == "boxed":
-        return f"\\boxed{{{a}}}"
-    raise ValueError(f"no single line for answer format {fmt!r} (one of {', '.join(ANSWER_FORMATS)})")
+    """The final-answer line of format `fmt` (one of `ANSWER_FORMATS`) for `answer`: the convention's answer line
+    in the table (zcp.core.answers.answer_line), the leak's last line."""
+    if fmt not in ANSWER_FORMATS:
+        raise ValueError(f"no single line for answer format {fmt!r} (one of {', '.join(ANSWER_FORMATS)})")
+    return convention_line(answer, fmt)
 
 
 def ends_with_answer_line(text: str, fmt: str = "probe") -> bool:
-    """True when `text` ends on a well-formed final-answer line of format `fmt` (`mix`: of any format)."""
-    text = text.rstrip()
+    """True when the last line of `text` is a well-formed final-answer line of format `fmt` with a non-empty answer
+    (`mix`: of any format); the table's rule, zcp.core.answers.Resolved.ends_on_line."""
     if fmt == "mix":
         return any(ends_with_answer_line(text, f) for f in ANSWER_FORMATS)
-    if fmt == "probe":
-        return ends_with_final_line(text)
-    if fmt == "boxed":  # a bare box on its own line, not the probe's sentence around it
-        line = text.rsplit("\n", 1)[-1].strip()
-        return line.startswith("\\boxed{") and close_brace_index(line[len("\\boxed{"):]) == len(line) - len("\\boxed{") - 1 \
-            and bool(line[len("\\boxed{"):-1].strip())
-    if fmt in _TAIL_RE:
-        return bool(_TAIL_RE[fmt].search(text))
-    raise ValueError(f"unknown answer format {fmt!r} (one of {', '.join(ANSWER_FORMAT_CHOICES)})")
+    if fmt not in ANSWER_FORMATS:
+        raise ValueError(f"unknown answer format {fmt!r} (one of {', '.join(ANSWER_FORMAT_CHOICES)})")
+    return get_convention(fmt).resolve().ends_on_line(text)
 
 
 def extract_answer(text: str) -> str | None:
-    """The completion's final answer in any answer format: the last `\\boxed{}`, `#### X` line or
-    `The answer is X.` sentence, whichever ends last; None when there is none."""
-    found: list[tuple[int, str]] = []
-    start = text.rfind("\\boxed{")
-    boxed = extract_boxed(text)
-    if boxed and start >= 0:
-        found.append((start, boxed))
-    for rx in (_HASH_RE, _SENTENCE_RE):
-        matches = list(rx.finditer(text))
-        if matches:
-            m = matches[-1]
-            found.append((m.start(), m.group(1).strip()))
-    return max(found)[1] if found else None
+    """The completion's final answer, read as the probe reads a full-CoT output (zcp.core.answers.read_full_cot):
+    the last closed `\\boxed{}` first, else the registered convention whose statement ends the text (`#### X`,
+    `The answer is X.`, `The answer is: X`); None when there is none."""
+    return read_full_cot(text)[0]
 
 
 def correctness_reward(completions: Sequence[Any], answer: Sequence[str], **kwargs: Any) -> list[float]:
@@ -136,7 +105,8 @@ def correctness_reward(completions: Sequence[Any], answer: Sequence[str], **kwar
 
 
 def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """1.0 for ending on the canonical final-answer line, 0.5 for some other closed `\\boxed{}`, else 0.0."""
+    """1.0 for ending on the canonical final-answer line, 0.5 for some other stated answer (`extract_answer`), else
+    0.0."""
     return _format_scores(completions, "probe")
 
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from zcp.core.answers import FINAL_ANSWER_PREFIX, answers_equal
+from zcp.core.answers import answers_equal
 from zcp.core.items import Item
 from zcp.probe.conventions import Resolved, parse_prefill, resolve_entries
 from zcp.probe.prompts import ProbeConfig, zero_cot_prompt
@@ -92,16 +92,13 @@ def other_answer(answer: str, seed: int, key: str, pool: Sequence[str]) -> str:
 
 
 def suppress_completion(conv: Resolved, value: str, hedge: bool = False) -> str:
-    """The assistant text of one suppression example: `conv`'s pre-fill, `value`, the convention's end.
+    """The assistant text of one suppression example: `conv`'s answer line for `value` (zcp.core.answers: the
+    pre-fill, `value`, the convention's close).
 
     The probe's default line gets its closing `` \\]`` (`The final answer is: \\[ \\boxed{43} \\]`); a pre-fill that
     opens a display `\\[` without closing it gets `` \\]`` too; a line convention (end "\\n") ends at the value. A
     hedge (`value` = "?") is followed by `HEDGE_TAIL`."""
-    end = "" if conv.end == "\n" else conv.end
-    text = conv.prefill + value + end
-    if conv.prefill == FINAL_ANSWER_PREFIX or ("\\[" in conv.prefill and "\\]" not in conv.prefill):
-        text += " \\]"
-    return text + (HEDGE_TAIL if hedge else "")
+    return conv.line(value) + (HEDGE_TAIL if hedge else "")
 
 
 def suppress_conventions(prefills: Sequence[str], probe: ProbeConfig) -> list[Resolved]:
