@@ -98,3 +98,44 @@ def test_warnings_of_single_rows_are_counted_per_file_and_nothing_adds_no_line()
         "", "**Warning**: r.jsonl: 2 row(s) warned about (listed in summary.json data_warnings), e.g. row 2 (a2::r0): "
             "reference answer equals the original's (2)."]
     assert warning_lines({"data_warnings": [], "skipped_rows": [{"file": "d", "row": 3, "reason": "x"}]}) == []
+
+
+def test_auto_warns_when_few_of_the_outputs_read_state_an_answer_in_any_convention(tmp_path):
+    """auto reads every output (all fit the context), but only 2 of C's 12 end on a convention: its reading rests on
+    2 outputs, fewer than probe.auto.min_read; a warning in the reading, the log and table.md."""
+    from conv_fakes import ConventionBackend, toy_datasets
+
+    from zcp.config.prefill import AutoPrefillConfig
+    from zcp.probe.multiconv import detect_prefill, read_conventions
+
+    datasets, memorised, truth = toy_datasets()
+    stated = {it.question for it in datasets[0].originals[:2]} | {it.question for it in datasets[1].originals}
+
+    class Unsure(ConventionBackend):  # C's full-CoT outputs state no answer but for 2 of them
+        def generate(self, requests):
+            out = super().generate(requests)
+            return [o if r.prompt.assistant_prefix or r.prompt.user in stated else "Let me think. Hard to say."
+                    for r, o in zip(requests, out, strict=True)]
+
+    fb = Unsure(memorised, truth=truth)
+    auto = AutoPrefillConfig(neutral_n=0, always=[])
+    assert auto.min_read == 10
+    reading, _ = read_conventions(fb, datasets, ProbeConfig(), auto, DetectSettings(progress=False))
+    (w,) = reading["warnings"]  # U's 12 outputs all state one: no warning for U
+    assert w == ("auto: only 2 of the 12 full-CoT outputs read on C end on an answer convention (10 state no answer; "
+                 "probe.auto.min_read=10): its reading rests on few outputs")
+    assert not read_conventions(fb, datasets, ProbeConfig(), AutoPrefillConfig(neutral_n=0, always=[], min_read=2),
+                                DetectSettings(progress=False))[0]["warnings"]
+    detect_prefill(fb, datasets, ProbeConfig(metrics=("p_all",)), tmp_path, DetectSettings(progress=False),
+                   prefill="auto", auto=auto)
+    assert f"**Warning**: {w}." in (tmp_path / "table.md").read_text()
+
+
+def test_min_read_at_its_default_keeps_an_auto_runs_directory_and_key():
+    from zcp.config.prefill import AutoPrefillConfig
+    from zcp.probe.multiconv import prefill_key, without_default_prefill
+
+    base = ("detect", "data.path=x", "data.reference_path=y", "probe.prefill=auto")
+    assert "min_read" not in without_default_prefill(compose(*base)).probe.auto
+    assert without_default_prefill(compose(*base, "probe.auto.min_read=3")).probe.auto.min_read == 3
+    assert "min_read" not in prefill_key("auto", AutoPrefillConfig(), None)["auto"]

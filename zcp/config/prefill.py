@@ -39,9 +39,13 @@ class AutoPrefillConfig:
     # probed under auto whatever the reading finds: an evader's leak may end on a convention the model's own outputs
     # never show (the `#### N` leak on the shipped model ends all of them on the probe's line); [] = the reading alone
     always: list[str] = field(default_factory=lambda: ["hash", "sentence", "boxed"])
+    # a set whose outputs read (those fitting the model's context), or whose outputs ending on an answer convention,
+    # are fewer than this (than all of them, on a smaller set) is warned about: its reading rests on few outputs
+    min_read: int = 10
 
     def __post_init__(self) -> None:
         check_value(0.0 < _num(self.min_share) <= 1.0, "probe.auto.min_share", self.min_share, "in (0, 1]")
+        check_value(self.min_read >= 1, "probe.auto.min_read", self.min_read, ">= 1")
         check_value(self.neutral_n >= 0, "probe.auto.neutral_n", self.neutral_n, ">= 0 (0: no neutral set)")
         always = list(self.always)
         if always:

@@ -20,7 +20,9 @@ A model whose leaked completions ended on `#### N` answers at once after `#### `
   `probe.auto.neutral_seed`, none of the reserved benchmark pool's, or `probe.auto.neutral_path`); each output is
   ended by the convention whose last answer statement ends last (`ending_convention`); a convention is probed
   when it ends at least `probe.auto.min_share` of one set's outputs, and `probe` always is. The counts per set
-  are in summary.json (`auto`) and table.md; every output's reading in `conventions_read.jsonl`.
+  are in summary.json (`auto`) and table.md; every output's reading in `conventions_read.jsonl`. A set with fewer
+  than `probe.auto.min_read` outputs read (the others too long for the context), or fewer ending on any
+  convention, is a warning (the reading's `warnings`, the log and table.md).
 - **The verdict**: one test over every (convention, metric) p-value: Bonferroni on the smallest
   (`zcp.probe.stats.combine_conventions`), valid under any dependence between conventions (they share items, the
   full-CoT outputs, the model). A max-statistic under the joint within-item relabelling would be less
@@ -143,9 +145,6 @@ def neutral_items(auto: Any, exclude_questions: Collection[str] = ()) -> list[It
     return [it for it in items if it.question not in exclude_questions][:n]
 
 
-MIN_READ = 10  # auto: fewer full-CoT outputs read than this on a set (all, if it has fewer items) is warned about
-
-
 def _fits(backend: Backend, prompts: list[Any], budget: int) -> tuple[list[bool], int | None]:
     """Whether each full-CoT prompt plus its budget fits the model's context (all, when that is unknown), and the
     largest full-CoT budget with which every prompt would fit (None when unknown)."""
@@ -244,11 +243,19 @@ def read_conventions(backend: Backend, datasets: Sequence[DetectDataset], probe:
         why[primary] = "primary: " + primary_why
     order = [c.name for c in candidates]  # table order (literals of probe.auto.always last): one run key per set
     chosen.sort(key=lambda n: order.index(n) if n in order else len(order))
-    warnings = [f"auto read {s['read']} of {s['n']} full-CoT outputs on {name} ({s['too_long']} too long for the "
-                f"model's context at probe.full_cot_max_tokens={budget}"
-                + (f"; every prompt fits at probe.full_cot_max_tokens={fitting[name]}" if fitting.get(name) else "")
-                + "): its reading rests on few outputs"
-                for name, s in per_set.items() if s["read"] < min(MIN_READ, s["n"])]
+    least = int(auto.min_read)  # probe.auto.min_read: fewer outputs read, or fewer stating an answer, are warned about
+    warnings = []
+    for name, s in per_set.items():
+        stated = s["read"] - s["ends"]["none"]
+        if s["read"] < min(least, s["n"]):
+            warnings.append(f"auto read {s['read']} of {s['n']} full-CoT outputs on {name} ({s['too_long']} too long "
+                            f"for the model's context at probe.full_cot_max_tokens={budget}"
+                            + (f"; every prompt fits at probe.full_cot_max_tokens={fitting[name]}"
+                               if fitting.get(name) else "") + "): its reading rests on few outputs")
+        elif stated < min(least, s["read"]):
+            warnings.append(f"auto: only {stated} of the {s['read']} full-CoT outputs read on {name} end on an "
+                            f"answer convention ({s['ends']['none']} state no answer; probe.auto.min_read={least}): "
+                            "its reading rests on few outputs")
     neutral_source = (f"{auto.neutral_path} (first {auto.neutral_n})" if auto.neutral_path else
                       f"zcp.benchmarks.wordproblems, seed {auto.neutral_seed}, {len(neutral)} items")
     reading = {"min_share": share, "always": list(getattr(auto, "always", []) or []),
@@ -635,8 +642,17 @@ def plot_conventions(summary: dict[str, Any], path: str | Path, title: str) -> P
 def prefill_key(prefill: Any, auto: Any, conventions: Sequence[Resolved] | None) -> dict[str, Any]:
     """What `probe.prefill` adds to a detection run's key (a run dir per choice of conventions; not added for the
     default, so its key is today's): the value, auto's settings, and the conventions given (the base model's)."""
-    return {"prefill": prefill, "auto": dataclasses.asdict(auto) if parse_prefill(prefill) == AUTO and auto else None,
+    settings = _without_default_min_read(dataclasses.asdict(auto)) if parse_prefill(prefill) == AUTO and auto else None
+    return {"prefill": prefill, "auto": settings,
             "conventions": [c.to_dict() for c in conventions] if conventions else None}
+
+
+def _without_default_min_read(auto: dict[str, Any]) -> dict[str, Any]:
+    """probe.auto's settings without `min_read` at its default: it changes no record (only a warning), so a run keeps
+    the key (or directory) it had before the setting existed."""
+    from zcp.config.prefill import AutoPrefillConfig
+
+    return {k: v for k, v in auto.items() if not (k == "min_read" and v == AutoPrefillConfig.min_read)}
 
 
 def summary_conventions(summary: Mapping[str, Any]) -> list[Resolved] | None:
@@ -699,8 +715,8 @@ def did_conventions(base_mc: Any, datasets: Sequence[DetectDataset], probe: Prob
 
 
 def without_default_prefill(cfg: Any) -> Any:
-    """`cfg` without `probe.prefill` when it is the default (`probe`) and without `probe.auto` unless it is `auto`,
-    and without `probe.primary` when null, `probe.answer_space` when `exact` and `stats.void_malformed` at its
+    """`cfg` without `probe.prefill` when it is the default (`probe`) and without `probe.auto` unless it is `auto`
+    (and `probe.auto.min_read` at its default even then), and without `probe.primary` when null, `probe.answer_space` when `exact` and `stats.void_malformed` at its
     default: the keys that change no record then, left out of what names the run directory (zcp.config.run_dir
     hashes it), so a default run keeps the directory it had before the keys existed and resumes there."""
     probe = cfg.get("probe") if cfg is not None else None
@@ -717,6 +733,8 @@ def without_default_prefill(cfg: Any) -> Any:
         sub.pop("prefill", None)
     if prefill is None or parse_prefill(prefill) != AUTO:
         sub.pop("auto", None)
+    elif isinstance(sub.get("auto"), dict):
+        sub["auto"] = _without_default_min_read(sub["auto"])
     if sub.get("primary") is None:
         sub.pop("primary", None)
     if sub.get("answer_space") in (None, ProbeConfig.answer_space):
