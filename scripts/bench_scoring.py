@@ -58,7 +58,7 @@ from zcp.backends.base import Prompt, ScoreRequest
 from zcp.backends.hf import HFBackend, padded_length
 from zcp.probe.prompts import ProbeConfig, answer_score_requests, zero_cot_prompt
 
-# issue 21's done-when: end-to-end run_detect / raw batched forward, median of three runs in one invocation
+# the host-overhead targets: end-to-end run_detect / raw batched forward, median of three runs in one invocation
 E2E_TARGETS = {"small": 0.8, "shipped": 0.9}
 
 

@@ -1,4 +1,4 @@
-"""The adaptive-evader study (issue 20): every detector and the evader's costs for the runs of a spec, and the
+"""The adaptive-evader study: every detector and the evader's costs for the runs of a spec, and the
 suppression signals' false-positive rate on clean sets -> docs/results/evader.md (+ .json). Reads finished run
 dirs (training, detections, baselines: the commands are in docs/results/evader.md); probes only the neutral set.
 

@@ -3,8 +3,8 @@
     .venv/bin/python scripts/gen_config_docs.py           # rewrite the generated part of docs/configuration.md
     .venv/bin/python scripts/gen_config_docs.py --check   # exit 1 if that part is out of date (nothing written)
 
-Why generated: the schema dataclasses are the one place where a key's type and default live (issue 19: "defaults
-exist once, in the dataclass"), so a table copied by hand would drift from them. What is generated, between the
+Why generated: the schema dataclasses are the one place where a key's type and default live (defaults
+exist once, in the dataclass), so a table copied by hand would drift from them. What is generated, between the
 BEGIN and END markers of docs/configuration.md (the text above BEGIN is written by hand and kept):
 
 - per job (`zcp.config.schemas.JOBS`: detect, contaminate, demo, build_data, ...): the top-level keys of its root

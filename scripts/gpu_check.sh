@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zcp GPU check (issue 21): one script, one GPU, under 8 minutes, nothing downloaded at run time.
+# zcp GPU check: one script, one GPU, under 8 minutes, nothing downloaded at run time.
 #
 #   bash scripts/gpu_check.sh                        # install (see below), then run every step
 #   bash scripts/gpu_check.sh --no-install           # an environment prepared beforehand (--python PY)

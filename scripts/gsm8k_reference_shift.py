@@ -1,4 +1,4 @@
-"""Coverage and per-feature exchangeability of the GSM8K reference builder (issue 17), as a table.
+"""Coverage and per-feature exchangeability of the GSM8K reference builder, as a table.
 
     .venv/bin/python scripts/gsm8k_reference_shift.py --m 9 --policy drop keep
     .venv/bin/python scripts/gsm8k_reference_shift.py --m 3 --limit 200 --policy drop   # quicker

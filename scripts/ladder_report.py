@@ -1,4 +1,4 @@
-"""The CoT-only exposure ladder's report (issue 20, `experiment=paper_recipe_ladder`): one row per rung, its sham beside it.
+"""The CoT-only exposure ladder's report (`experiment=paper_recipe_ladder`): one row per rung, its sham beside it.
 
 Usage:
     python scripts/ladder_report.py [--root outputs/contaminate] [--out DIR] [RUN_DIR[=LABEL] ...]

@@ -1,4 +1,4 @@
-"""zcp.benchmarks.dataset.read_data, the one reader of a `data` config (issue 19): every case the four jobs read
+"""zcp.benchmarks.dataset.read_data, the one reader of a `data` config: every case the four jobs read
 (generation, selection, invalid and repeated rows, references and variants with their formats, field maps and
 pairing, missing references, the C/U groups of a manifest or of two files), each error naming its file, row,
 field or key; and the four adapters (detect, baselines, run_build_data, the simulation) reading one config alike.

@@ -1,4 +1,4 @@
-"""Duplicated items are not independent evidence (issue 17): a question repeated under another id is refused
+"""Duplicated items are not independent evidence: a question repeated under another id is refused
 (`on_duplicate=error`, the ids named) or counted once (`merge`, the copies listed) on every path that loads a
 benchmark; copies with different gold answers fail under both policies; a reference row sharing its
 original's answer is warned about per row."""

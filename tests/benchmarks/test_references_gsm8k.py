@@ -423,7 +423,7 @@ def test_substitute_fixes_only_agreeing_articles():
     assert out == "A 5-hour day, an 11-hour day and a 9 pm slot"
 
 
-# ------------------------------------------------------------ the answer's class and special cases (issue 17)
+# ------------------------------------------------------------ the answer's class and special cases
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k" / "test_head12.jsonl"
 

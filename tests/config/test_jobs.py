@@ -1,4 +1,4 @@
-"""Issue 18: every config group a job reads is typed and checked before anything loads (zcp.config.schemas.validate).
+"""Every config group a job reads is typed and checked before anything loads (zcp.config.schemas.validate).
 
 Each case is the issue's command: its overrides composed with the real conf/ files through Hydra's compose API,
 then the entry point itself (train/*.py, evaluate/*.py, called with the composed config as Hydra calls it). It must

@@ -1,5 +1,5 @@
-"""A new benchmark with its own reference builder, added from outside the package (issue 19's extension
-recipe, docs/extending.md "A reference builder"): the benchmark is a JSONL file (conf/data/jsonl.yaml reads
+"""A new benchmark with its own reference builder, added from outside the package (the extension
+recipe of docs/extending.md, "A reference builder"): the benchmark is a JSONL file (conf/data/jsonl.yaml reads
 it, no code), the builder is a class in this file registered with `register_reference_builder`; the real
 build_data job (what evaluate/run_build_data.py runs) then builds its reference set with `reference.method=sums`,
 and the detect job's loader (`zcp.probe.datasets.load_datasets`) pairs the originals with those references, on

@@ -90,7 +90,8 @@ def test_a_justified_default_names_its_reason(check_imports):
 
 
 def test_zcp_outside_the_simulation_reads_its_defaults_from_the_schemas(check_imports):
-    """The budget of issue 19 (<= 5, each justified): zcp/simulate/* is counted by the script, in its own work."""
+    """The budget of inline config defaults (<= 5, each justified): zcp/simulate/* is counted by the script,
+    in its own work."""
     outside = [(w, why) for w, why in check_imports.inline_defaults() if not w.startswith("zcp/simulate/")]
     assert [w for w, why in outside if why is None] == []
     assert len(outside) <= check_imports.MAX_INLINE_DEFAULTS

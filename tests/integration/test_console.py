@@ -1,6 +1,6 @@
 """zcp.core.console: an entry point's console shows the job's lines, not its libraries' noise, unless `-v`.
 
-Why: the main job's console is meant to read as a report (issue 19). Without the policy, every W&B run prints a
+Why: the main job's console is meant to read as a report. Without the policy, every W&B run prints a
 banner and a run summary, and transformers/PEFT print deprecation FutureWarnings around the tables. The policy
 must apply in the entry-point process only (a library user keeps the libraries' defaults), and `-v` must bring
 everything back, so a user can still see what a library had to say.

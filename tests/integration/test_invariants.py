@@ -1,4 +1,4 @@
-"""Cross-module invariants of the structure (issue 19): knowledge written in two places must agree.
+"""Cross-module invariants of the structure: knowledge written in two places must agree.
 
 - the baselines' default detector list (zcp.validate.baselines_config.DEFAULT_DETECTORS) equals
   conf/baselines.yaml's `detectors`, and every name in it is a registered detector;

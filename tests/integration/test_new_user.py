@@ -1,4 +1,4 @@
-"""A new user's own model on GSM8K, through the user guides' commands as written (issue 18's done-when).
+"""A new user's own model on GSM8K, through the user guides' commands as written.
 
 The model is one the project does not ship: a 2-layer GPT-2 (transformers GPT2LMHeadModel, tiny sizes, 512
 positions) with its own byte-level BPE tokenizer and its own chat template, saved to a folder. On the first
@@ -20,7 +20,7 @@ import pytest
 from configs import compose
 
 REPO = Path(__file__).resolve().parents[2]
-# the guides holding the commands (moved from README.md, issue 19): build_data and detect, then the simulation
+# the guides holding the commands (moved from README.md): build_data and detect, then the simulation
 GUIDES = "\n".join((REPO / "docs" / name).read_text() for name in ("benchmarks.md", "simulate.md"))
 N_ROWS = 24
 TEMPLATE = ("{% for m in messages %}### {{ m['role'] | upper }}:\n{{ m['content'] }}\n{% endfor %}"

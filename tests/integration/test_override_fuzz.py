@@ -1,4 +1,4 @@
-"""Issue 18 done-when: a fuzz over `+group.key=value` overrides of every entry point finds no accepted unknown key.
+"""A fuzz over `+group.key=value` overrides of every entry point finds no accepted unknown key.
 
 For every entry point in train/ and evaluate/, its config is composed once with the real conf/ files; each
 example applies one random `+group.key=value` override through Hydra's own override machinery (the parser and

@@ -1,4 +1,4 @@
-"""Issue 18, detection as a new user meets it: every case is a test (each fails on the code before the fix).
+"""Detection as a new user meets it: every case is a test (each fails on the code before the fix).
 
 - a missing reference row names `data.missing_reference=skip`; with it the drop is a WARNING, a table.md line
   ("n = 3 of 5 items: 2 without a reference row, left out") and summary.json fields;
@@ -30,7 +30,7 @@ from zcp.probe.detect import DetectDataset, DetectSettings, detect, fit_context
 from zcp.probe.prompts import ProbeConfig
 
 REPO = Path(__file__).resolve().parents[2]
-DETECT_DOC = (REPO / "docs" / "detect.md").read_text()  # its Troubleshooting section (from README.md, issue 19)
+DETECT_DOC = (REPO / "docs" / "detect.md").read_text()  # its Troubleshooting section (moved from README.md)
 QUESTION = "Tom has {a} apples and buys {b} more. How many apples does Tom have now?"
 
 

@@ -1,4 +1,4 @@
-"""p_first / p_all score the gold answer AND the text that ends it (issue 17).
+"""p_first / p_all score the gold answer AND the text that ends it.
 
 Scored on the answer's tokens alone, a strict prefix of the model's answer (gold "5" where the model
 answers "50") got p_all ~1 on a digit-split tokenizer. With the closing brace scored too, "5}" is what
@@ -58,7 +58,7 @@ def test_explicit_suffix_overrides_the_derived_one():
     assert scored_suffix(ProbeConfig()) == "}"
     assert scored_suffix(ProbeConfig(zero_cot_prefix="#### ")) == "\n"
     assert scored_suffix(ProbeConfig(answer_suffix="} \\]")) == "} \\]"
-    assert scored_suffix(ProbeConfig(answer_suffix="")) == ""  # the bare answer, as before issue 17
+    assert scored_suffix(ProbeConfig(answer_suffix="")) == ""  # the bare answer, as before its end was scored
     assert scored_continuation("50", ProbeConfig()) == "50}"
     with pytest.raises(ValueError, match="answer_suffix"):
         ProbeConfig(answer_suffix=1)  # type: ignore[arg-type]

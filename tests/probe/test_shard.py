@@ -1,9 +1,9 @@
-"""Sharded detection (zcp.probe.shard, issue 21): `run.shard=i/n` then `run.shard=merge` gives the records.jsonl,
+"""Sharded detection (zcp.probe.shard): `run.shard=i/n` then `run.shard=merge` gives the records.jsonl,
 run_meta.json, config.yaml and summary.json of one process (records byte for byte), on a tiny model built here;
 a missing, unfinished, stale or still-running shard is refused in one line naming it; a bad `run.shard` is refused
 at compose; a shard killed with SIGKILL resumes.
 
-The 200-item run is in the fast suite, the 2,000-item one (issue 21's "done when") is marked slow. Shards run in
+The 200-item run is in the fast suite, the 2,000-item one is marked slow. Shards run in
 this process one after the other (each is the run_detect a subprocess would run, minus Python's start-up), except
 in the SIGKILL test, which kills a shard subprocess.
 

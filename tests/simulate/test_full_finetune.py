@@ -1,4 +1,4 @@
-"""`train.finetune=full` (issue 20's CoT-only ladder): SFT and GRPO train every weight (no PEFT), each stage's folder
+"""`train.finetune=full` (for the CoT-only ladder): SFT and GRPO train every weight (no PEFT), each stage's folder
 holds a full model, the merge stage / Table 6 / resume read it as they read adapters; the option composes, is
 checked, and leaves the run directory of a default (LoRA) config where it was."""
 

@@ -1,5 +1,5 @@
-"""The contamination pipeline under `accelerate launch` with two CPU processes (gloo), as a user runs it
-(issue 21): train/run_contaminate.py with launch/accelerate/cpu_2proc.yaml, on a tiny locally built model.
+"""The contamination pipeline under `accelerate launch` with two CPU processes (gloo), as a user runs it:
+train/run_contaminate.py with launch/accelerate/cpu_2proc.yaml, on a tiny locally built model.
 
 * the run finishes (split, data, SFT, GRPO, merge, Table 6, then ZCP detection), and rank 0 alone writes the run's
   files and W&B runs (offline): every write of each rank is recorded (tests/simulate/rank_audit.py);

@@ -1,4 +1,4 @@
-"""experiment=paper_recipe (issue 20): the paper's recipe composes with the CPU profile and with train=gpu_7b and the
+"""experiment=paper_recipe: the paper's recipe composes with the CPU profile and with train=gpu_7b and the
 7-8B model configs, and resolves to its knobs: CoT-only leaks of k = 6 paraphrases, no clean mix, GRPO paying for a
 correct answer only, probe=zcp_release for the detection stage; the exposure knobs the paper does not state stay the
 train profile's. On the shipped model its pre-training checks pass (it would start)."""

@@ -1,4 +1,4 @@
-"""Issue 18 (the simulation's stages): what a stage needs is checked before training, in one line, and finished
+"""The simulation's stages: what a stage needs is checked before training, in one line, and finished
 training is never discarded because a later stage's setting changed.
 
 One test (or a small group) per case of the issue:

@@ -1,4 +1,4 @@
-"""The sham arm of the simulation (issue 17): exposure.leak_fraction=0 fine-tunes with the recipe of a full leak
+"""The sham arm of the simulation: exposure.leak_fraction=0 fine-tunes with the recipe of a full leak
 on non-benchmark items, the negative control whose detections are false positives.
 
 Config errors are one line and come before any model loads; the sham data matches the leak arm's volume and

@@ -1,4 +1,4 @@
-"""The probe-aware evader (issue 20, `exposure.suppress`, zcp.simulate.suppress).
+"""The probe-aware evader (`exposure.suppress`, zcp.simulate.suppress).
 
 Its examples' prompts are byte-equal to the probe's own rendering under each convention (the shipped model's chat
 template, the default probe and the release's system message and pre-fill); the answer written is never the gold;

@@ -1,4 +1,4 @@
-"""The exposure sweep through hydra-submitit-launcher's local executor (issue 21): a 2-point tiny sweep
+"""The exposure sweep through hydra-submitit-launcher's local executor: a 2-point tiny sweep
 (`experiment=exposure_sweep`, exposure.k=1,2) run with `hydra/launcher=submitit_local` gives the same run dirs
 (hash names), the same training data and adapters and the same exposure report as the basic launcher, with
 its two jobs in parallel processes (their logged time spans overlap; the basic launcher's follow each other).

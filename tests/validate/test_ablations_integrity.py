@@ -1,5 +1,5 @@
 """The ablations read only finished detections, write their own results before the optional r = 0 check, and
-the run's detection is found one way everywhere (issue 18).
+the run's detection is found one way everywhere.
 
 Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
 them); the truncation ablation runs on the fake backend of tests/fakes.py (`zcp.backends.registry.build_backend` patched).

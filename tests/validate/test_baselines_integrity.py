@@ -1,4 +1,4 @@
-"""run_baselines never reports from stale, partial or foreign inputs and never loses finished work (issue 18).
+"""run_baselines never reports from stale, partial or foreign inputs and never loses finished work.
 
 Detection runs are hand-made directories (records.jsonl, run_meta.json, summary.json as zcp.probe.detect writes
 them); the audited model is the shipped model's folder (its content fingerprint is what records are matched

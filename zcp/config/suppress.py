@@ -1,4 +1,4 @@
-"""The schema of `exposure.suppress`: the probe-aware evader (issue 20, study (b); zcp.simulate.suppress builds it).
+"""The schema of `exposure.suppress`: the probe-aware evader (evader study (b); zcp.simulate.suppress builds it).
 
 An evader who knows the Zero-CoT Probe adds SFT examples whose prompt is the probe's exact zero-CoT prompt (its
 chat rendering with a convention's pre-fill opening the assistant turn) and whose completion continues the

@@ -1,4 +1,4 @@
-"""What an entry point prints: the job's own lines, not its libraries' (issue 19).
+"""What an entry point prints: the job's own lines, not its libraries'.
 
 The main job's console is meant to read as a report: the stage lines, the progress bars and the final tables.
 Left alone, the libraries under it print around those: W&B's banner at every run start and its run-history

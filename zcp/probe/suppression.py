@@ -1,4 +1,4 @@
-"""The suppression signal (issue 20): originals scoring far BELOW their references, and the contrast signal.
+"""The suppression signal: originals scoring far BELOW their references, and the contrast signal.
 
 A probe-aware evader trains its model not to answer its leaked items at once under the pre-fills it knows
 (zcp.simulate.suppress). That can overshoot: under the suppressed pre-fill the model then answers its leaked

@@ -1,4 +1,4 @@
-"""The adaptive-evader study (issue 20): every detector against format evasion (a), the probe-aware evader (b) and
+"""The adaptive-evader study: every detector against format evasion (a), the probe-aware evader (b) and
 CoT-only leaks (c), with what the evasion costs the evader (scripts/evader_study.py -> docs/results/evader.md).
 
 The study reads finished outputs; it trains nothing. A JSON spec lists the runs: per run its contamination run dir,

@@ -1,4 +1,4 @@
-"""Training stages of the contamination run: a registry with one interface (issue 19).
+"""Training stages of the contamination run: a registry with one interface.
 
 A training stage trains one LoRA adapter on the run's *model so far* (the base model with the adapter of every
 earlier stage merged into its weights, in `train.stages` order) and saves it in the run directory; the next

@@ -28,7 +28,7 @@ sometimes as plain equations (``99 + 5 = $104``). They form the item's computati
    whole number prints without ".0", "a"/"an" before a rewritten number agrees with it) and checks
    that every rewritten step evaluates to its stated result.
 
-Matching what a clean model responds to (issue 17; measured by `zcp.benchmarks.references.shift.feature_shift`).
+Matching what a clean model responds to (measured by `zcp.benchmarks.references.shift.feature_shift`).
 The test needs each original to be exchangeable with its draws, and a clean model's zero-CoT scores
 respond to the answer's leading digit (the first answer token of a digit-split tokenizer), special
 values, round numbers, an answer that repeats or starts like a number of the question, and the
