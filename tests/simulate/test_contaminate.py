@@ -1,4 +1,4 @@
-"""Contamination inputs and plumbing (issue #11): the stage runner, rewards by name, evasive answer formats,
+"""Contamination inputs and plumbing: the stage runner, rewards by name, evasive answer formats,
 pre-built paraphrase files, given C/U files, the LLM paraphraser inside training, run-dir hash stability.
 
 All fast (no training); the end-to-end runs are in tests/simulate/test_training.py.
@@ -383,7 +383,7 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
 
 
 def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path):
-    """run_config.json written with the full model section and without the new keys (as before issue #11):
+    """run_config.json written with the full model section and without the new keys (as before the evasive answer formats):
     the same training config is accepted, a different one still refused."""
     from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check
 

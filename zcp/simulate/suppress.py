@@ -1,4 +1,4 @@
-"""The probe-aware evader (issue 20, study (b)): SFT examples that suppress the zero-CoT answer under known pre-fills.
+"""The probe-aware evader (evader study (b)): SFT examples that suppress the zero-CoT answer under known pre-fills.
 
 An evader who knows the Zero-CoT Probe trains, besides its leak, on the probe's own zero-CoT prompt: the probe's
 chat messages (`zcp.probe.prompts.zero_cot_prompt`: the system message, the user template) with a convention's
