@@ -383,8 +383,8 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
 
 
 def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path):
-    """run_config.json written with the full model section and without the new keys (as before the evasive answer formats):
-    the same training config is accepted, a different one still refused."""
+    """run_config.json written with the full model section and without the new keys (as before the evasive answer
+    formats): the same training config is accepted, a different one still refused."""
     from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check
 
     cfg = compose("contaminate", resolve=True)
