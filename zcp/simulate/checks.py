@@ -2,7 +2,8 @@
 
 `check_inputs` is the contamination's part of the checks `zcp.simulate.pipeline.run_simulation` makes before the
 first stage trains: answer format and rewards, files, the given split, the base model's weights and tokenizer
-(`check_base_model`), leak counts (`check_exposure_counts`) and each training stage's own check
+(`check_base_model`), the LoRA target modules against its layers (`zcp.simulate.preflight.check_lora_targets`),
+leak counts (`check_exposure_counts`) and each training stage's own check
 (`zcp.simulate.training_stages.check_training_stages`: for sft and grpo, the learning-rate schedule on
 `_sft_settings` / the GRPO settings, since a schedule that leaves no optimizer step above a learning rate of 0
 would train nothing). Each failure is one ConfigError line naming the key. `check_run_dir_writable` checks the run dir's
@@ -66,6 +67,9 @@ def check_inputs(c: Any) -> None:
         raise ConfigError("split.c_path/u_path give the items and the split: do not also set manifest_path or "
                           "benchmark.source=data")
     check_base_model(s)
+    from zcp.simulate.preflight import check_lora_targets
+
+    check_lora_targets(s)  # LoRA target modules the model has (built on the meta device: no weights read)
     items, n_c = _benchmark_and_c_size(s)
     check_exposure_counts(s, items, n_c)
     check_training_stages(s, n_c)  # each stage's own check (sft, grpo: their schedules)

@@ -43,16 +43,22 @@ def lora_config(r: int = 16, alpha: int | None = None, dropout: float = 0.0,
                       target_modules=tm, bias="none", task_type="CAUSAL_LM", **extra)
 
 
-def load_model(path: str | os.PathLike[str], dtype: str | None = "auto", trust_remote_code: bool = False) -> Any:
-    """A causal LM from a local folder or hub id (safetensors only, no remote code by default)."""
+def torch_dtype(dtype: str | None = "auto") -> Any:
+    """The torch dtype training loads a model in: `model.dtype`, where auto (or None) is bf16 on a GPU that has it,
+    fp32 otherwise (as zcp.backends.hf does)."""
     import torch
+
+    if dtype in (None, "auto"):
+        dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+            "float16": torch.float16, "fp16": torch.float16}[str(dtype)]
+
+
+def load_model(path: str | os.PathLike[str], dtype: str | None = "auto", trust_remote_code: bool = False) -> Any:
+    """A causal LM from a local folder or hub id (safetensors only, no remote code by default), in `torch_dtype`."""
     from transformers import AutoModelForCausalLM
 
-    if dtype in (None, "auto"):  # bf16 on a GPU that has it, fp32 otherwise (as zcp.backends.hf does)
-        dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
-    dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}[str(dtype)]
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt, use_safetensors=True,
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), use_safetensors=True,
                                                 trust_remote_code=trust_remote_code)
 
 
