@@ -36,6 +36,14 @@ def user_key(key: str) -> str:
     return key
 
 
+def as_number(x: Any) -> float:
+    """A number, or NaN (which fails every range check) for anything else, e.g. an unresolved string."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def check_value(ok: bool, key: str, value: Any, want: str) -> None:
     """Raise ConfigError naming the key (as the user wrote it: `user_key`) and value unless `ok`."""
     if not ok:

@@ -12,18 +12,19 @@ from typing import Any, ClassVar, Literal
 
 from hydra.core.config_store import ConfigStore
 
+from zcp.config.checks import as_number as _num
 from zcp.config.checks import (
     check_device,
     check_seeds,
     check_value,
     key_alias,
-    parse_shard,
     unknown_key_message,
     user_key,
 )
 from zcp.config.conform import MESSAGE_PREFIX, build, conform
 from zcp.config.model import APISettings, ModelConfig, ModelProbeSettings, VLLMSettings
 from zcp.config.prefill import AutoPrefillConfig, check_prefill
+from zcp.config.run import RunConfig, SimRunConfig  # the `run` group's schemas (re-exported)
 from zcp.config.suppress import SuppressConfig
 from zcp.core.answers import FINAL_ANSWER_PREFIX
 from zcp.core.tracking import LoggerConfig  # the `logger` group, defined beside the tracker that reads it
@@ -33,14 +34,6 @@ from zcp.probe.metrics import BUILTIN_METRICS, get_metric, metric_names, unknown
 from zcp.probe.stats import TESTS
 
 OVERFLOW_POLICIES = ("error", "skip", "truncate")  # a probe prompt longer than the model's context
-
-
-def _num(x: Any) -> float:
-    """A number, or NaN (which fails every range check) for anything else, e.g. an unresolved string."""
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return float("nan")
 
 
 @dataclass
@@ -62,25 +55,6 @@ class StatsConfig:
         check_value(self.reference_draws in ("all", "per_seed"), "stats.reference_draws", self.reference_draws,
                "all or per_seed")
         check_value(0.0 <= _num(self.void_malformed) <= 1.0, "stats.void_malformed", self.void_malformed, "in [0, 1]")
-
-
-@dataclass
-class RunConfig:
-    """How items are probed: chunks appended to records.jsonl (the unit of resume; the progress bar moves per chunk),
-    progress bars; `shard` (detect only, zcp.probe.shard): "i/n" probes shard i of n, "merge" gathers the n shards
-    into one run's outputs."""
-
-    chunk_size: int = 64  # the default: chunks sized by work (chunk_seconds); any other value: units per chunk
-    progress: bool = True
-    shard: str | None = None  # null: one process | "i/n" (0 <= i < n; a string, as Hydra reads 3/8) | merge
-    chunk_seconds: float = 30.0  # default chunk_size: measured seconds of work per chunk after the first (zcp.probe.cost)
-    chunk_first: int = 8  # default chunk_size: units of the first chunk, timed for the cost plan's ETA (>= the generation batch if metrics generate)
-
-    def __post_init__(self) -> None:
-        check_value(self.chunk_size >= 1, "run.chunk_size", self.chunk_size, ">= 1")
-        check_value(_num(self.chunk_seconds) > 0, "run.chunk_seconds", self.chunk_seconds, "> 0")
-        check_value(self.chunk_first >= 1, "run.chunk_first", self.chunk_first, ">= 1")
-        self.shard_spec = parse_shard(self.shard, "run.shard")  # (i, n), or None for null and merge
 
 
 @dataclass
@@ -789,9 +763,13 @@ SCHEMAS: dict[str, type] = {"stats": StatsConfig, "run": RunConfig, "detect": Si
 SCHEMAS["model"] = ModelConfig
 SCHEMAS.update({"probe": ProbeGroupConfig, "benchmark": BenchmarkConfig, "cot": CotConfig, "clean": CleanConfig,
                 "eval": EvalConfig})
+# the schema `validate` without a job checks a group by when the group's name has variants (`STORED`): the widest,
+# so the simulation's `run` (SimRunConfig: RunConfig and the training stages' limit) validates as a detect run's does
+VALIDATE_AS: dict[str, type] = {"run": SimRunConfig}
 # groups whose name means two things (run_build_data's `split` and `paraphrase` vs the simulation's) are stored
 # under two option names and checked by each job's root schema (`JOBS`), not by name
 STORED: dict[tuple[str, str], type] = {("split", "schema"): SplitConfig, ("split", "simulation"): SimSplitConfig,
+                                       ("run", "simulation"): SimRunConfig,
                                        ("paraphrase", "simulation"): SimParaphraseConfig,
                                        ("reference_shift", "schema"): ReferenceShiftConfig}
 
@@ -811,7 +789,7 @@ def register_schemas() -> None:
 # the prefix each group schema's messages use (its usual place), so a schema checked elsewhere names the real key
 MESSAGE_PREFIX.update({
     ModelConfig: "model", VLLMSettings: "model.vllm", APISettings: "model.api", ModelProbeSettings: "model.probe",
-    DataConfig: "data", StatsConfig: "stats", RunConfig: "run", SimDetectConfig: "detect",
+    DataConfig: "data", StatsConfig: "stats", SimDetectConfig: "detect",
     ReferenceChoice: "reference", ReferenceBuildConfig: "reference", ExposureConfig: "exposure",
     BaseModelConfig: "base_model", AblationConfig: "ablation", ReportConfig: "report",
     ProbeGroupConfig: "probe", BenchmarkConfig: "benchmark", SplitConfig: "split", SimSplitConfig: "split",

@@ -33,6 +33,7 @@ from zcp.config.groups import (  # noqa: F401
     RunConfig,
     SimDetectConfig,
     SimParaphraseConfig,
+    SimRunConfig,
     SimSplitConfig,
     SplitConfig,
     StatsConfig,
@@ -130,7 +131,7 @@ class SimulationJob:
     exposure: ExposureConfig = field(default_factory=ExposureConfig)
     detect: SimDetectConfig = field(default_factory=SimDetectConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+    run: SimRunConfig = field(default_factory=SimRunConfig)  # detection's probing and the training stages' limit
     probe: ProbeGroupConfig = field(default_factory=ProbeGroupConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     split: SimSplitConfig = field(default_factory=SimSplitConfig)

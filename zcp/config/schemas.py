@@ -12,7 +12,7 @@ depth ("probe: unknown key 'zero_cot_prefx'; did you mean 'zero_cot_prefix'?"), 
 range or choice — one ConfigError line naming the key as the user wrote it (`key_alias`: `ref_model.*`, not
 the `model.*` of the schema it reuses). `EXTRA_KEYS` lists keys a job reads when added but does not compose
 (`+split.seed`, `+probe.api_instruction`). Without `job`, `validate` checks the groups of `SCHEMAS` by name
-(the library's own calls and plain dicts in tests).
+(the library's own calls and plain dicts in tests; a group with variants by its widest, `VALIDATE_AS`).
 
 Groups: `stats` (the test), `run` (probing in chunks), `detect` (the simulation's detection stage), `exposure`
 (the contamination knobs), `model` (zcp.config.model.ModelConfig), `data` (a benchmark file, its reference
@@ -50,6 +50,7 @@ from zcp.config.groups import (  # noqa: F401  (re-exported: every group schema)
     SCHEMAS,
     STORED,
     TRUNCATION_METRICS,
+    VALIDATE_AS,
     AblationConfig,
     BaseModelConfig,
     BenchmarkConfig,
@@ -71,6 +72,7 @@ from zcp.config.groups import (  # noqa: F401  (re-exported: every group schema)
     RunConfig,
     SimDetectConfig,
     SimParaphraseConfig,
+    SimRunConfig,
     SimSplitConfig,
     SplitConfig,
     StatsConfig,
@@ -120,6 +122,7 @@ def validate(cfg: Any, job: str | None = None) -> dict[str, Any]:
         return out
     out = {}
     for group, node in SCHEMAS.items():
+        node = VALIDATE_AS.get(group, node)
         sub = values.get(group)
         if sub is None:
             continue

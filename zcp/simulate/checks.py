@@ -67,9 +67,10 @@ def check_inputs(c: Any) -> None:
         raise ConfigError("split.c_path/u_path give the items and the split: do not also set manifest_path or "
                           "benchmark.source=data")
     check_base_model(s)
-    from zcp.simulate.preflight import check_lora_targets
+    from zcp.simulate.preflight import check_lora_targets, check_step_seconds
 
     check_lora_targets(s)  # LoRA target modules the model has (built on the meta device: no weights read)
+    check_step_seconds(s)  # run.step_seconds names training stages
     items, n_c = _benchmark_and_c_size(s)
     check_exposure_counts(s, items, n_c)
     check_training_stages(s, n_c)  # each stage's own check (sft, grpo: their schedules)

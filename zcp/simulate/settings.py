@@ -36,6 +36,7 @@ from zcp.config.schemas import (
     ProbeGroupConfig,
     SimDetectConfig,
     SimParaphraseConfig,
+    SimRunConfig,
     SimSplitConfig,
     SimulationJob,
     TrainConfig,
@@ -203,6 +204,12 @@ class SimConfig:
         return self._group("detect", SimDetectConfig)
 
     @cached_property
+    def run(self) -> SimRunConfig:
+        """The `run` group: the detection stage's probing (chunks, progress) and the training stages' pre-flight
+        (`run.max_stage_seconds`, `run.step_seconds`, `run.preflight_steps`: zcp.simulate.preflight)."""
+        return self._group("run", SimRunConfig)
+
+    @cached_property
     def probe(self) -> ProbeGroupConfig:
         """The `probe` group, checked (its added keys, `+probe.api_instruction`, are in `probe_settings`)."""
         return self._group("probe", ProbeGroupConfig)
@@ -240,7 +247,7 @@ class SimConfig:
 
 
 _GROUPS = ("exposure", "benchmark", "split", "data", "clean", "cot", "eval", "train", "model", "logger", "paraphrase",
-           "detect", "probe")
+           "detect", "probe", "run")
 
 
 def _not_mapping(name: str, value: Any, cls: type) -> None:

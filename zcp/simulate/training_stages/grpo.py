@@ -5,7 +5,8 @@ default the SFT-merged model: why merge and not stack, see `zcp.simulate.grpo`),
 
 Its settings are ``train.grpo`` (TRL `GRPOConfig` fields) with ``max_steps = exposure.grpo_steps`` and the reward
 weights by name (`grpo_training`); the LoRA is ``train.grpo_lora`` (null: ``train.lora``) with
-``exposure.lora_r``. Disabled at ``exposure.grpo_steps=0``.
+``exposure.lora_r``. Disabled at ``exposure.grpo_steps=0``. Before its model loads it says its pre-flight estimate
+and holds it to ``run.max_stage_seconds`` (`zcp.simulate.preflight`).
 """
 
 from __future__ import annotations
@@ -48,15 +49,20 @@ def check(config: SimConfig, n_c: int) -> None:
 
 def train(run: StageRun) -> Path:
     """Train the GRPO adapter on the run's prompts with the configured rewards."""
-    from zcp.simulate import grpo
+    from zcp.simulate import grpo, preflight
     from zcp.simulate.rewards import reward_funcs
 
     names, settings, lora = grpo_training(run.config)
     funcs = reward_funcs(names, str(run.config.exposure.answer_format))
+    records = run.rows()
+    # the pre-flight line (tokens, steps, memory, time) and run.max_stage_seconds, before the model loads
+    est = preflight.grpo_estimate(run.config, settings, records, run.tokenizer, lora=lora, processes=processes(),
+                                  stage=run.name, done=preflight.steps_done(run.output_dir))
+    timer = preflight.announce(est, run.config.run)
     report_to = run.report_to
-    grpo.run_grpo(run.model(), run.tokenizer, run.rows(), output_dir=run.output_dir, adapter_dir=run.adapter_dir,
+    grpo.run_grpo(run.model(), run.tokenizer, records, output_dir=run.output_dir, adapter_dir=run.adapter_dir,
                   lora=lora, settings=settings, seed=run.seed, report_to=report_to, cpu=run.cpu, reward_funcs=funcs,
-                  finetune=run.config.train.finetune)
+                  finetune=run.config.train.finetune, callbacks=[timer])
     return run.adapter_dir
 
 
