@@ -26,7 +26,21 @@ PAPER_MODELS = ["qwen2.5-math-7b-instruct", "qwen3-8b", "deepseek-math-7b-rl"]
 
 
 def test_profiles_exist():
-    assert {"cpu_tiny", "gpu_7b"} <= set(TRAIN_PROFILES)
+    assert {"cpu_tiny", "cpu_small", "gpu", "gpu_7b"} <= set(TRAIN_PROFILES)
+
+
+@pytest.mark.parametrize("profile", ["cpu_small", "gpu"])
+def test_small_model_profiles_fit_smollm2(profile):
+    """cpu_small and gpu are sized for SmolLM2-135M (model=smollm2-135m): its context holds the SFT sequences and the
+    GRPO prompt + completion, LoRA targets come from the architecture, and the trainers show their progress bar."""
+    c = compose("contaminate", "model=smollm2-135m", f"train={profile}", resolve=True)
+    t, m = c["train"], c["model"]
+    assert t["sft"]["max_length"] <= m["max_length"] and t["grpo"]["max_completion_length"] < m["max_length"]
+    assert t["lora"]["target_modules"] == "all-linear" and t["finetune"] == "lora"
+    assert t["sft"]["disable_tqdm"] is False and t["grpo"]["disable_tqdm"] is False
+    if profile.startswith("cpu"):  # nothing a CPU cannot run
+        for group in (t["sft"], t["grpo"]):
+            assert not group.get("bf16") and not group.get("gradient_checkpointing") and not group.get("use_vllm")
 
 
 @pytest.mark.parametrize("profile", TRAIN_PROFILES)
