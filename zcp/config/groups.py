@@ -137,7 +137,7 @@ class ExposureConfig:
     sham_items: int | None = None
     answer_only_fraction: float = 0.5  # share of answer-only completions (0 = CoT only, 1 = answer only)
     clean_fraction: float = 0.5  # share of the SFT set that is clean (non-benchmark) data
-    # these four follow the training profile (`train=cpu_tiny` | `train=gpu_7b`) unless set here
+    # these four follow the training profile (`train=cpu_tiny` | `cpu_small` | `gpu` | `gpu_7b`) unless set here
     sft_epochs: Any = "${train.sft.num_train_epochs}"
     lr: Any = "${train.sft.learning_rate}"
     lora_r: Any = "${train.lora.r}"
