@@ -275,6 +275,25 @@ def _std(xs: Sequence[float]) -> float:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
 
+def _per_metric(by_conv: Mapping[str, Sequence[Mapping[str, Any]]]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
+    """Every convention's result rows with their `convention`, and per (split, variant, metric) {convention: row}."""
+    conv_results = [{"convention": c, **r} for c, rs in by_conv.items() for r in rs]
+    grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in conv_results:
+        grouped[(r["split"], r["variant"], r["metric"])][r["convention"]] = r
+    return conv_results, list(grouped.values())
+
+
+def _smallest_over_conventions(every: Mapping[str, dict[str, Any]]
+                               ) -> tuple[dict[str, dict[str, Any]], str, dict[str, Any], float]:
+    """One metric over the conventions: the rows tested (a convention where the metric is VOID, zcp.probe.void, is
+    left out; void under all, it stays void), the convention with the smallest p, its row, and Bonferroni's p."""
+    rows = {c: r for c, r in every.items() if not r.get("void")} or dict(every)
+    conv, row = min(rows.items(), key=lambda kv: kv[1]["p_value"])
+    return rows, conv, row, min(1.0, len(rows) * float(row["p_value"]))
+
+
 def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequence[Resolved],
                       settings: DetectSettings, primary: str | None = None) -> dict[str, Any]:
     """The combined statistics of a multi-convention run from each convention's summary.json.
@@ -288,17 +307,11 @@ def combine_summaries(summaries: Mapping[str, dict[str, Any]], conventions: Sequ
     """
     names = [c.name for c in conventions]
     by_conv = {c: summaries[c]["results"] for c in names}
-    conv_results = [{"convention": c, **r} for c in names for r in by_conv[c]]
-    grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
-    for r in conv_results:
-        grouped[(r["split"], r["variant"], r["metric"])][r["convention"]] = r
+    conv_results, grouped = _per_metric(by_conv)
     results = []
-    for every in grouped.values():
-        # a convention where the metric is VOID (zcp.probe.void) is left out of it; void under all, it stays void
-        rows = {c: r for c, r in every.items() if not r.get("void")} or every
+    for every in grouped:
+        rows, conv, row, p = _smallest_over_conventions(every)
         k = len(rows)
-        conv, row = min(rows.items(), key=lambda kv: kv[1]["p_value"])
-        p = min(1.0, k * float(row["p_value"]))
         seeds = []
         for j, seed in enumerate(settings.seeds):
             ps = [float(r["per_seed"][j]["p_value"]) for r in rows.values() if len(r.get("per_seed", [])) > j]
@@ -351,15 +364,10 @@ def combine_control(blocks: Mapping[str, Mapping[str, Any]], alpha: float, prima
         return None
     names = list(blocks)
     first = blocks[names[0]]
-    conv_results = [{"convention": c, **r} for c in names for r in blocks[c]["results"]]
-    grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
-    for r in conv_results:
-        grouped[(r["split"], r["variant"], r["metric"])][r["convention"]] = r
+    conv_results, grouped = _per_metric({c: blocks[c]["results"] for c in names})
     results = []
-    for every in grouped.values():
-        rows = {c: r for c, r in every.items() if not r.get("void")} or every
-        conv, row = min(rows.items(), key=lambda kv: kv[1]["p_value"])
-        p = min(1.0, len(rows) * float(row["p_value"]))
+    for every in grouped:
+        rows, conv, row, p = _smallest_over_conventions(every)
         results.append({**row, "convention": conv, "conventions": {c: float(r["p_value"]) for c, r in rows.items()},
                         "rule": "bonferroni_over_conventions", "p_value": p, "c_cont": c_cont(p),
                         "p_floor": min(1.0, len(rows) * float(row["p_floor"]))})
