@@ -5,14 +5,18 @@ under ``<run>/eval/`` (`evaluate_stage`) and the table as JSON and markdown (`ta
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from zcp.config.schemas import EvalConfig
-from zcp.core.io import read_json, write_json, write_jsonl
+from zcp.core.io import append_jsonl, read_json, read_jsonl, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.simulate.rewards import score_completion
+
+log = logging.getLogger(__name__)
 
 STAGE_NAMES = {"base": "Before", "after_sft": "After SFT", "final": "After (final)"}
 
@@ -55,27 +59,52 @@ def cuda() -> bool:
 def evaluate_stage(stage: str, model_fn: Callable[[], Any], tokenizer: Any, splits: dict[str, list[Item]],
                    run_dir: Path, ecfg: EvalConfig, chat: bool,
                    chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-    """Accuracy per split for one model (cached in eval/<stage>.json); returns (summary, was_run)."""
+    """Accuracy per split for one model (cached in eval/<stage>.json); returns (summary, was_run).
+
+    Generation runs in chunks of `eval.batch_size` items; each chunk's rows are appended to
+    eval/<stage>.partial.jsonl as it ends and one line says how far the stage is, with an ETA from the chunks so
+    far (a real model's full-CoT generation takes minutes to hours on a CPU). A killed stage resumes from those rows:
+    the items already generated are not generated again (greedy decoding: the same rows)."""
     out = run_dir / "eval" / f"{stage}.json"
     if out.exists():
         return read_json(out), False
-    model = model_fn()
-    dev = ecfg.device or ("cuda" if cuda() else "cpu")  # null: under accelerate, rank 0 evaluates on its GPU
-    model.to(dev)
+    partial = run_dir / "eval" / f"{stage}.partial.jsonl"
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    if partial.exists():
+        done = {(r["split"], r["id"]): r for r in read_jsonl(partial, tolerate_partial_last_line=True)}
+    todo = [(split, it) for split, its in splits.items() for it in its if (split, it.id) not in done]
+    total = sum(len(its) for its in splits.values())
+    if todo:
+        model = model_fn()
+        dev = ecfg.device or ("cuda" if cuda() else "cpu")  # null: under accelerate, rank 0 evaluates on its GPU
+        model.to(dev)
+        if done:
+            log.info("eval %s: resuming, %d of %d items already generated", stage, len(done), total)
+        size, t0, n_new = max(1, int(ecfg.batch_size)), time.perf_counter(), 0
+        for start in range(0, len(todo), size):
+            chunk = todo[start:start + size]
+            rows = full_cot_eval(model, tokenizer, [it for _, it in chunk], max_new_tokens=int(ecfg.max_new_tokens),
+                                 batch_size=size, chat=chat, chat_template_kwargs=chat_template_kwargs)
+            for (split, _), r in zip(chunk, rows, strict=True):
+                r["split"] = split
+                done[(split, r["id"])] = r
+            append_jsonl(partial, rows)
+            n_new += len(rows)
+            el = time.perf_counter() - t0
+            eta = el / n_new * (len(todo) - n_new)
+            log.info("eval %s: %d/%d items, %.0f s, ETA %.0f s", stage, len(done), total, el, eta)
     summary: dict[str, Any] = {}
     records = []
     for split, its in splits.items():
         if not its:
             continue
-        rows = full_cot_eval(model, tokenizer, its, max_new_tokens=int(ecfg.max_new_tokens),
-                             batch_size=int(ecfg.batch_size), chat=chat, chat_template_kwargs=chat_template_kwargs)
-        for r in rows:
-            r["split"] = split
+        rows = [done[(split, it.id)] for it in its]
         records += rows
         summary[split] = {"n": len(rows), "acc": sum(r["correct"] for r in rows) / len(rows),
                           "malformed": sum(r["malformed"] for r in rows) / len(rows)}
     write_jsonl(run_dir / "eval" / f"{stage}.jsonl", records)
     write_json(out, summary)
+    partial.unlink(missing_ok=True)
     return summary, True
 
 
