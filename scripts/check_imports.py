@@ -1,13 +1,17 @@
 """The package's import graph, function-level imports included, and its cycles; the structure's budgets.
 
-    python scripts/check_imports.py            # prints cycles, flat modules, long files, inline config defaults
-    python scripts/check_imports.py --strict   # exit 1 when any budget of docs/architecture.md is exceeded
+    python scripts/check_imports.py            # prints upward imports, cycles, flat modules, long files, inline defaults
+    python scripts/check_imports.py --strict   # exit 1 when any rule or budget of docs/architecture.md is broken
 
 Every `import zcp.x` / `from zcp.x import y` anywhere in a module (top level or inside a function) is an edge
-from that module to zcp.x (to zcp.x.y when y is itself a module). A cycle is a strongly connected component of
-more than one module (or a module importing itself). Budgets: no cycle; no flat module in zcp/ but __init__,
-errors and at most two others; no file over 800 lines; inline config defaults at most 5, each listed and
-justified by a `# inline default: <why>` comment on its line or the line above.
+from that module to zcp.x (to zcp.x.y when y is itself a module). The layer order (`LAYER_OF`, low to high:
+zcp and zcp.errors, zcp.core, zcp.config, zcp.backends, zcp.benchmarks, zcp.probe, zcp.simulate, zcp.validate):
+a module imports only its own layer or lower ones; every edge to a higher layer is printed as
+`a -> b (layer i -> j)`, and there is no allow-list. A module outside every layer is reported too. A cycle is a
+strongly connected component of more than one module (or a module importing itself). Budgets: no upward import;
+no cycle; no flat module in zcp/ but __init__, errors and at most two others; no file over 800 lines; inline
+config defaults at most 5, each listed and justified by a `# inline default: <why>` comment on its line or the
+line above.
 
 An inline config default is a default written in code for a config value, i.e. a second definition beside the
 schema dataclass's field (`inline_defaults` has the exact rule): `cfg.get("x", 3)`, `getattr(cfg, "x", 3)`,
@@ -31,24 +35,31 @@ PKG = ROOT / "zcp"
 MAX_LINES = 800
 MAX_FLAT_EXTRA = 2
 MAX_INLINE_DEFAULTS = 5
+# the layers, low to high: a module may import its own layer and the lower ones only (the package's own
+# __init__ holds paths and the version, nothing else: the lowest layer, with errors)
+LAYER_OF = {"zcp": 0, "zcp.errors": 0, "zcp.core": 1, "zcp.config": 2, "zcp.backends": 3, "zcp.benchmarks": 4,
+            "zcp.probe": 5, "zcp.simulate": 6, "zcp.validate": 7}
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: Path, root: Path | None = None) -> str:
+    """The dotted module name of a file under `root` (a package's `__init__.py` names the package)."""
+    rel = path.relative_to(root or ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+def modules(pkg: Path | None = None) -> dict[str, Path]:
+    """Every module of the package folder `pkg` (default: zcp/) by dotted name."""
+    pkg = pkg or PKG
+    return {module_name(p, pkg.parent): p for p in sorted(pkg.rglob("*.py"))}
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
+def imports_of(path: Path, known: set[str], root: Path | None = None) -> set[str]:
     """zcp modules imported anywhere in `path` (relative imports resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    me = module_name(path)
+    me = module_name(path, root)
     pkg = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -77,10 +88,39 @@ def _resolve(name: str, known: set[str]) -> str:
     return name
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
+def graph(pkg: Path | None = None) -> dict[str, set[str]]:
+    """Module -> the zcp modules it imports, anywhere in its body (function-level imports included)."""
+    pkg = pkg or PKG
+    mods = modules(pkg)
     known = set(mods)
-    return {m: imports_of(p, known) for m, p in mods.items()}
+    return {m: imports_of(p, known, pkg.parent) for m, p in mods.items()}
+
+
+def layer(module: str) -> int | None:
+    """The layer of a module (`LAYER_OF`: its longest listed package prefix, the bare package `zcp` only itself),
+    None outside every layer."""
+    parts = module.split(".")
+    for k in range(len(parts), 1, -1):
+        hit = LAYER_OF.get(".".join(parts[:k]))
+        if hit is not None:
+            return hit
+    return LAYER_OF.get(module)
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[tuple[str, str, int, int]]:
+    """Every edge a -> b of the graph whose target sits in a higher layer than its source: (a, b, i, j)."""
+    out = []
+    for a in sorted(g):
+        for b in sorted(g[a]):
+            i, j = layer(a), layer(b)
+            if i is not None and j is not None and j > i:
+                out.append((a, b, i, j))
+    return out
+
+
+def unlayered(g: dict[str, set[str]]) -> list[str]:
+    """Modules of the graph that belong to no layer (a new top-level package must be placed in `LAYER_OF`)."""
+    return sorted(m for m in g if layer(m) is None)
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -374,16 +414,24 @@ def defaults_in(text: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Print the report; with --strict, 1 when a rule or budget is broken (else 0)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a budget is exceeded")
-    args = ap.parse_args()
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a rule or budget is broken")
+    args = ap.parse_args(argv)
     g = graph()
+    up = upward_imports(g)
+    loose = unlayered(g)
     cyc = cycles(g)
     flat = flat_modules()
     long = long_files()
     inline = inline_defaults()
     print(f"{len(g)} modules, {sum(len(v) for v in g.values())} import edges (function-level imports included)")
+    print(f"upward imports (a module importing a higher layer than its own): {len(up)}")
+    for a, b, i, j in up:
+        print(f"  {a} -> {b} (layer {i} -> {j})")
+    if loose:
+        print(f"modules outside every layer: {loose}")
     print(f"cycles: {len(cyc)}")
     for c in cyc:
         print("  " + " <-> ".join(c))
@@ -392,7 +440,7 @@ def main() -> int:
     print(f"inline config defaults: {len(inline)} (budget {MAX_INLINE_DEFAULTS})")
     for line, why in inline:
         print(f"  {line}" + (f"  -- {why}" if why else "  -- NOT JUSTIFIED"))
-    bad = bool(cyc) or len(flat) > MAX_FLAT_EXTRA or bool(long) or len(inline) > MAX_INLINE_DEFAULTS or any(why is None for _, why in inline)
+    bad = bool(up) or bool(loose) or bool(cyc) or len(flat) > MAX_FLAT_EXTRA or bool(long) or len(inline) > MAX_INLINE_DEFAULTS or any(why is None for _, why in inline)
     return 1 if (args.strict and bad) else 0
 
 
