@@ -1,7 +1,7 @@
 """What an exact reference draw must avoid: the values the audited model was trained on.
 
 The exact route (DESIGN.md "Reference set") draws references from the generator's own value law under the
-same selection as the benchmark. The reserved word-problem pool (`zcp.simulate.base_model.benchmark_pool`) is defined by
+same selection as the benchmark. The reserved word-problem pool (`zcp.benchmarks.reserved.benchmark_pool`) is defined by
 a selection: the shipped base models' pretraining corpora exclude it, and those corpora cover almost all of
 the small families' value spaces (regenerated from recipe.json: of add's 361 valid value pairs only the pool's
 50 are outside the corpus; likewise subtract, multiply, divide and two_step; three_step keeps 20,314 of 31,005
@@ -65,8 +65,8 @@ def _recipe(model_dir: Path) -> dict[str, Any]:
 def regenerate_corpus_signatures(model_dir: str | Path) -> frozenset[str]:
     """Word-problem signatures of a model's pretraining corpus, rebuilt from its recipe.json (and its parent's,
     for continued pretraining). ~25 s per corpus of 150,000 items on this CPU."""
+    from zcp.benchmarks.corpus import build_corpus
     from zcp.benchmarks.wordproblems import NumberRanges, generate_word_problems, signature, signatures
-    from zcp.simulate.base_model import build_corpus
 
     model_dir = Path(model_dir)
     recipe = _recipe(model_dir)
@@ -116,9 +116,9 @@ def shipped_model_dirs() -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def reserved_pool_keys() -> frozenset[str]:
-    """Signatures of the reserved word-problem pool (`zcp.simulate.base_model.benchmark_pool(300)`)."""
+    """Signatures of the reserved word-problem pool (`zcp.benchmarks.reserved.benchmark_pool(300)`)."""
+    from zcp.benchmarks.reserved import RESERVED_BENCHMARK_ITEMS, benchmark_pool
     from zcp.benchmarks.wordproblems import signatures
-    from zcp.simulate.base_model import RESERVED_BENCHMARK_ITEMS, benchmark_pool
 
     return frozenset(signatures(benchmark_pool(RESERVED_BENCHMARK_ITEMS)))
 
