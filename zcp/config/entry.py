@@ -9,12 +9,18 @@ value at the last point would be met only when that point's job starts, hours in
 `guard_hydra_entry` (called by `one_line_errors` for an entry point's main) wraps Hydra's two calls that see
 these: `run_and_report` (compose errors into one line) and `_run_hydra` (with `-m`, every point of the sweep
 composed and validated against the job's schema first, the first bad point refused naming its overrides).
+
+What only a job can find (a data file missing at one point) ends that job with its own one line; under the
+submitit launchers the sweep process then gets submitit's UncompletedJobError, a traceback around the job's log.
+`sweep_job_line` turns it into the job's line, naming the sweep point and the job's log (`run_and_report`).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import pickle
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +60,40 @@ def hydra_error_line(e: BaseException) -> str | None:
         why = " ".join(str(cause).splitlines()[0].split()) if cause is not None and str(cause).strip() else ""
         return f"{head}: {why}" if why and why not in head else head
     return None
+
+
+def sweep_job_line(e: BaseException) -> str | None:
+    """One line for a sweep job that a submitit launcher (submitit_local, slurm) ran and that ended on the project's
+    one-line error: `sweep point <n> (<the overrides the sweep varies>) failed: <the job's line> (log: <file>)`.
+    None for anything else (a job that crashed keeps submitit's report, with the job's traceback).
+
+    submitit's UncompletedJobError holds the job's result path and the tail of its log; the point is read from the
+    job's submission (`<job>_submitted.pkl` beside it: the launcher's call with the point's overrides and number)."""
+    if type(e).__name__ != "UncompletedJobError":
+        return None
+    text = str(e)
+    lines = [line.strip()[len("error: "):] for line in text.splitlines() if line.strip().startswith("error: ")]
+    if not lines:
+        return None
+    where = "a sweep job"
+    log = re.search(r"Look at std(?:out|err): (\S+)", text)
+    found = re.search(r"with path (\S+?)_\d+_result\.pkl", text)
+    if found:
+        job = Path(found.group(1))  # <submitit folder>/<job id>/<job id>
+        points = {}
+        for sub in sorted(job.parent.parent.glob("*/*_submitted.pkl")):
+            try:
+                with open(sub, "rb") as f:
+                    args = pickle.load(f).args  # (overrides, job_dir_key, job_num, ...): the sweep's own file
+                points[sub.parent.name] = (list(args[0]), int(args[2]))
+            except Exception:  # an unreadable submission: the point stays unnamed
+                continue
+        if job.parent.name in points:
+            overrides, num = points[job.parent.name]
+            others = [o for o, _ in points.values()]
+            swept = [o for o in overrides if any(o not in other for other in others)] or overrides
+            where = f"sweep point {num + 1} of {len(points)} ({' '.join(swept)})"
+    return f"{where} failed: {lines[-1]}" + (f" (log: {log.group(1)})" if log else "")
 
 
 def _one_line_exit(line: str) -> None:
@@ -128,8 +168,9 @@ def validate_sweep(conf_dir: str | os.PathLike[str], config_name: str, overrides
 
 
 def guard_hydra_entry() -> None:
-    """Wrap Hydra's `run_and_report` (its compose errors as one line, exit 2) and `_run_hydra` (a `-m` sweep
-    validated at every point first) for this process: called by `one_line_errors` on an entry point's main.
+    """Wrap Hydra's `run_and_report` (its compose errors, and a submitit sweep job's own one-line error, as one
+    line, exit 2) and `_run_hydra` (a `-m` sweep validated at every point first) for this process: called by
+    `one_line_errors` on an entry point's main.
     `HYDRA_FULL_ERROR=1` keeps Hydra's own report."""
     global _GUARDED
     if _GUARDED or os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -145,7 +186,7 @@ def guard_hydra_entry() -> None:
             try:
                 return func()
             except Exception as e:
-                line = hydra_error_line(e)
+                line = hydra_error_line(e) or sweep_job_line(e)
                 if line is None:
                     raise
                 _one_line_exit(line)
