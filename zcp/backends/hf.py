@@ -89,6 +89,7 @@ class HFBackend(TokenizedBackend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        check_weights_fit_config(path, trust_remote_code=trust_remote_code)
         tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=_resolve_dtype(dtype, dev), use_safetensors=True, trust_remote_code=trust_remote_code
@@ -261,6 +262,49 @@ class HFBackend(TokenizedBackend):
                 for row, j in enumerate(batch):
                     outputs[idxs[j]] = self.finish_generation(new[row], self.eos_ids, self.pad_id, box, stop)
         return outputs
+
+
+def check_weights_fit_config(path: str | os.PathLike[str], trust_remote_code: bool = False) -> None:
+    """ConfigError (one line) when a local folder's config.json does not describe its weights, before any weight is
+    read: the shapes the config builds (the model on the meta device: no memory) against the shapes the safetensors
+    headers hold, for the tensors both name. transformers itself raises a RuntimeError pointing at a many-line load
+    report, after reading the weights; a config it cannot build a model from is named the same way. A hub id or a
+    folder without safetensors files, or a pre-quantized checkpoint (packed shapes of its own), is left to the
+    loader."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from zcp.errors import ConfigError
+
+    folder = Path(path).expanduser()
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files or not (folder / "config.json").is_file():
+        return
+    try:
+        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+        if getattr(config, "quantization_config", None):
+            return
+        with torch.device("meta"):
+            built = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception as e:  # an unknown model_type, a value the architecture refuses: the file is the user's
+        why = " ".join(str(e).split())[:300]
+        raise ConfigError(f"{folder}: config.json does not describe a causal LM transformers can build ({why})"
+                          ) from None
+    expected = {k: tuple(v.shape) for k, v in built.state_dict().items()}
+    from safetensors import safe_open
+
+    differ: list[str] = []
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for key in st.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                shape = tuple(st.get_slice(key).get_shape())
+                if key in expected and expected[key] != shape:
+                    differ.append(f"{key}: weights {list(shape)}, config {list(expected[key])}")
+    if differ:
+        raise ConfigError(f"{folder}: config.json does not match the weights ({differ[0]}"
+                          + (f"; {len(differ) - 1} more tensors differ" if len(differ) > 1 else "")
+                          + "): use the config.json saved with these weights")
 
 
 def from_config(cfg: Any, progress: bool = False) -> HFBackend:
