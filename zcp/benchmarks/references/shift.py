@@ -8,7 +8,7 @@ differs systematically between originals and references breaks the null and show
 
 `feature_shift` measures each feature on every version of every item (the original and its draws) and tests,
 per feature, H0 "the original is exchangeable with its draws" with the same within-item permutation test the
-probe uses (`zcp.probe.stats.paired_test`; exact for 0/1 features, Monte Carlo otherwise), two-sided. Under an exact
+probe uses (`zcp.core.permutation.paired_test`; exact for 0/1 features, Monte Carlo otherwise), two-sided. Under an exact
 builder every p is uniform; a small Bonferroni-adjusted p names a feature the builder does not match (the
 residual shift is reported either way: original mean, reference mean, difference).
 """
@@ -109,7 +109,7 @@ _CONTINUOUS = ("answer_digits", "answer_log10_abs", "question_round_number_share
 
 
 def _two_sided(metric: str, x: list[float], y: list[list[float]], binary: bool) -> float:
-    from zcp.probe.stats import paired_test
+    from zcp.core.permutation import paired_test
 
     kind = "binary" if binary else "continuous"
     hi = paired_test(metric, x, y, B=_MC_B, kind=kind).p_value
