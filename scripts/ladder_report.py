@@ -162,6 +162,42 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sham_summary(rows: list[dict[str, Any]], level: float = 0.95) -> dict[str, Any]:
+    """The sham arms' false positives: each sham run's ZCP verdict on C (the items it stands in for: nothing of C
+    was trained on, so a flag there is a false positive of fine-tuning itself) and on U, counted with their
+    Clopper-Pearson interval (zcp.validate.calibration.tests.rate_ci); per metric too (p < alpha)."""
+    from zcp.validate.calibration.tests import rate_ci
+
+    shams = [r for r in rows if r["arm"] == "sham"]
+    out: dict[str, Any] = {"n_runs": len(shams), "level": level}
+    for split in ("C", "U"):
+        vs = [r[f"verdict/{split}"] for r in shams if f"verdict/{split}" in r]
+        k = sum(bool(v[1]) for v in vs)
+        out[f"flagged/{split}"] = {"k": k, "n": len(vs), "ci": rate_ci(k, len(vs), level) if vs else None}
+        for m in METRICS:
+            ps = [(r[f"{split}/{m}"][0], r[f"verdict/{split}"][2]) for r in shams
+                  if f"{split}/{m}" in r and f"verdict/{split}" in r]
+            if ps:
+                km = sum(p < a for p, a in ps)
+                out[f"metric/{split}/{m}"] = {"k": km, "n": len(ps), "ci": rate_ci(km, len(ps), level)}
+    return out
+
+
+def sham_markdown(s: dict[str, Any]) -> str:
+    """One line per split: the sham arms flagged (combined verdict) and per metric, with the exact interval."""
+    if not s["n_runs"]:
+        return ""
+    lines = [f"Sham arms ({s['n_runs']} runs): false positives, Clopper-Pearson {100 * s['level']:.0f}% interval:", ""]
+    for split in ("C", "U"):
+        f = s[f"flagged/{split}"]
+        if not f["n"]:
+            continue
+        per = [f"{m} {x['k']}/{x['n']}" for m in METRICS if (x := s.get(f"metric/{split}/{m}"))]
+        lines.append(f"- on {split}: combined verdict {f['k']} of {f['n']} flagged [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]"
+                     + (f"; per metric (p < alpha): {', '.join(per)}" if per else ""))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="RUN_DIR or RUN_DIR=LABEL (default: <root>/paper_recipe_ladder_*__*)")
@@ -177,9 +213,10 @@ def main() -> None:
     rows.sort(key=lambda r: (r["label"], r["arm"] != "leak"))
     out = Path(a.out or root / f"{PREFIX}_report")
     out.mkdir(parents=True, exist_ok=True)
-    md = table(rows) + "\nUnder the probe's prompt (the fine-tuned model's detection records):\n\n" + probe_table(rows)
+    shams = sham_summary(rows)
+    md = table(rows) + "\n" + sham_markdown(shams) + "\nUnder the probe's prompt (the fine-tuned model's detection records):\n\n" + probe_table(rows)
     (out / "ladder_report.md").write_text(md)
-    (out / "ladder_report.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    (out / "ladder_report.json").write_text(json.dumps({"runs": rows, "sham": shams}, indent=1, default=str) + "\n")
     print(md, end="")
 
 
