@@ -143,3 +143,18 @@ def test_a_base_model_rendered_without_the_chat_template_is_refused_before_any_l
     msg = str(e.value)
     assert "\n" not in msg and "(chat template)" in msg and "model.chat=false" in msg
     assert not no_load
+
+
+def test_the_troubleshooting_guide_quotes_the_message(mismatched):
+    from zcp.backends.hf import check_weights_fit_config
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "detect.md").read_text()
+    section = " ".join(doc[doc.index("## Troubleshooting"):].split())
+    with pytest.raises(ConfigError) as e:
+        check_weights_fit_config(mismatched)
+    for part in (": config.json does not match the weights (model.embed_tokens.weight: weights [",
+                 "more tensors differ): use the config.json saved with these weights",
+                 "config.json does not describe a causal LM transformers can build ("):
+        assert part in section, part
+    assert all(p in str(e.value) for p in ("more tensors differ): use the config.json saved with these weights",
+                                           ": config.json does not match the weights (model.embed_tokens.weight"))

@@ -53,3 +53,9 @@ def test_a_point_that_fails_in_its_job_is_the_jobs_one_line_not_submitits_traceb
     log = Path(line.rsplit("(log: ", 1)[1].rstrip(")"))
     assert log.is_file() and f"file {missing}: file not found" in log.read_text()
     assert (tmp_path / "b_0" / "build_report.json").exists()  # the good point's job ran to its end
+
+
+def test_the_troubleshooting_guide_quotes_the_line():
+    doc = (ROOT / "docs" / "detect.md").read_text()
+    section = " ".join(doc[doc.index("## Troubleshooting"):].split())
+    assert "`error: sweep point 2 of 2 (data.path=<file>) failed: file <file>: file not found (log:" in section
