@@ -18,7 +18,7 @@ from zcp.benchmarks.loaders import save_items
 from zcp.core.io import read_jsonl, write_jsonl
 from zcp.core.items import Item
 from zcp.probe.detect import DetectSettings, distinct_draws, item_draws
-from zcp.probe.did import did_markdown, did_rows, did_verdicts, simulation_did, without_null_base
+from zcp.probe.did import did_between, did_markdown, did_rows, did_verdicts, without_null_base
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
 from zcp.probe.stats import c_cont, paired_test, pooled_mc_pvalue
@@ -114,7 +114,7 @@ def test_did_finds_the_contaminated_split_and_equals_the_gap_difference(runs, se
     paths, _, _ = runs
     settings = DetectSettings(seeds=seeds, bootstrap_samples=300, reference_draws=draws, progress=False)
     old = _old_did_rows(paths, ["C", "U"], METRICS, settings)  # the sign-flip test it replaces: same gaps
-    new = simulation_did(paths, ["C", "U"], METRICS, settings)
+    new = did_between(paths["FT"], paths["base"], ["C", "U"], METRICS, settings, variants=("original",), label="ft")
     assert len(new) == len(old) == 2 * len(METRICS)
     assert all(r["variant"] == "original" and r["test"].startswith("within-item permutation") for r in new)
     assert [r["n"] for r in new if r["split"] == "U"] == [10] * len(METRICS)  # U3 has no base gap: left out

@@ -17,8 +17,9 @@ reference draws, the seeds' Monte Carlo streams pooled; per seed, the same test 
 stats.reference_draws=per_seed on the seed's share of the draws) for the stability display. The verdict per
 (split, variant) is Bonferroni over the metrics at stats.alpha, like ZCP's own verdict.
 
-Used by the simulation (zcp.simulate.pipeline: the fine-tuned model against its base, `did.md`) and by an auditor's
-run_detect with `base_model.path` (zcp.probe.detect: `<out>/did.md` and summary.json's `did` block).
+One entry, `did_between` (two detection run dirs): the simulation's detection stage (zcp.simulate.pipeline: the
+fine-tuned model against its base, `did.md`) and an auditor's run_detect with `base_model.path` (`detect_did`:
+`<out>/did.md` and summary.json's `did` block) both read their DiD there.
 """
 
 from __future__ import annotations
@@ -188,12 +189,15 @@ def did_markdown(rows: Sequence[dict[str, Any]], *, label: str = "ft", model_tit
     return "\n".join(lines) + "\n"
 
 
-def simulation_did(runs: Mapping[str, Path], splits: Sequence[str], metrics: Sequence[str],
-                   settings: DetectSettings) -> list[dict[str, Any]]:
-    """The simulation's DiD: the `FT` run's records against the `base` run's (each dir's records.jsonl), on the
-    originals, the FT gap named `gap_ft`."""
-    recs = {name: list(read_jsonl(Path(runs[name]) / RECORDS)) for name in ("FT", "base")}
-    return did_rows(recs["FT"], recs["base"], splits, metrics, settings, variants=(ORIGINAL,), label="ft")
+def did_between(model_dir: str | Path, base_dir: str | Path, splits: Sequence[str], metrics: Sequence[str],
+                settings: DetectSettings, *, variants: Sequence[str] | None = None,
+                label: str = "model") -> list[dict[str, Any]]:
+    """The one DiD entry: the detection run in `model_dir` against the base model's run in `base_dir` (each dir's
+    records.jsonl), per split, variant and metric (`did_rows`; `variants` null: every variant the model's run
+    probed). run_detect's `base_model.path` (`detect_did`: every variant, `gap_model`) and the simulation's
+    detection stage (the originals, `gap_ft`, from its FT and base runs) both read their DiD here."""
+    return did_rows(list(read_jsonl(Path(model_dir) / RECORDS)), list(read_jsonl(Path(base_dir) / RECORDS)), splits,
+                    metrics, settings, variants=variants, label=label)
 
 
 # ---------------------------------------------------------------- run_detect with base_model.path (an auditor's DiD)
@@ -294,8 +298,7 @@ def detect_did(base_mc: Any, datasets: Sequence[Any], probe: Any, out: Path, set
            title=f"ZCP on the base model {name}")
     del backend
     free_memory()
-    rows = did_rows(list(read_jsonl(Path(out) / RECORDS)), list(read_jsonl(base_out / RECORDS)),
-                    [ds.split for ds in datasets], list(probe.metrics), settings, label="model")
+    rows = did_between(out, base_out, [ds.split for ds in datasets], list(probe.metrics), settings, label="model")
     verdicts = did_verdicts(rows, settings.alpha, void_map(summary.get("results", [])))
     md = did_markdown(rows, label="model", model_title="model", variant_column=True, verdicts=verdicts)
     head = (f"### Difference-in-differences: {summary.get('model')} against its base model {name}\n\n"

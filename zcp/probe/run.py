@@ -6,6 +6,9 @@ second verdict): this module wires them to a config and a run dir, so neither of
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +19,21 @@ from zcp.probe.detect import (
     RECORDS,
     SUMMARY,
     TABLE,
+    DetectDataset,
     DetectSettings,
     check_backend_metrics,
-    detect,
     probe_config,
 )
 from zcp.probe.multiconv import (
     CONV_PREFIX,
     convention_probe,
-    detect_conventions,
+    detect_prefill,
     did_conventions,
     is_multi,
     listed_conventions,
     without_default_prefill,
 )
+from zcp.probe.prompts import ProbeConfig
 from zcp.probe.shard import merge_shards, probe_shard, shard_dir, source_made_of, without_shard
 
 # a detection run's results in its directory: one of them there (or a multi-convention run's conv-<name>/) without a
@@ -37,6 +41,81 @@ from zcp.probe.shard import merge_shards, probe_shard, shard_dir, source_made_of
 # config.yaml is this run's. Not config.yaml alone, nor shards/: the shards of one run write them unlocked, each
 # checked by its own rule (zcp.probe.shard: shard.json's source)
 PRODUCTS = (RECORDS, SUMMARY, TABLE, META)
+
+
+SHARE_LOCK = ".share.lock"  # the queue lock of a detection directory several jobs share (`DetectionRun.queue`)
+
+
+@dataclass
+class DetectionRun:
+    """One detection run, resolved: what the detect job (`run_detect`) and the simulation's detection stage
+    (zcp.simulate.pipeline) each build from their validated config and hand to `run_detection`.
+
+    `model`: the audited model's engine config (a `model` node or a `zcp.config.model.ModelConfig`, as
+    `zcp.backends.registry.build_backend` takes it). `out`: the run directory, or a function of the loaded backend
+    that names it (the simulation keys its runs by the weights' fingerprint the backend reads). `prefill`, `auto`,
+    `primary`: `probe.prefill` and its settings (zcp.probe.multiconv.detect_prefill); `conventions`: resolved
+    conventions that replace what `prefill` names (the simulation's base model gets the fine-tuned model's). `base`:
+    the base model's engine config for the difference-in-differences in `<out>/base/` (zcp.probe.did; None: no DiD).
+    `queue`: for a directory several jobs share, how long to wait for another job's queue lock (`SHARE_LOCK`)
+    before detect's own lock; None: no queue (a second job on the directory is refused). `extra`, `title`,
+    `on_ready`: as zcp.probe.detect.detect takes them.
+    """
+
+    model: Any
+    datasets: Sequence[DetectDataset]
+    probe: ProbeConfig
+    settings: DetectSettings
+    out: Path | Callable[[Any], Path]
+    title: str
+    prefill: Any = "probe"
+    auto: Any = None
+    primary: str | None = None
+    conventions: Sequence[Any] | None = None
+    base: Any = None
+    queue: float | None = None
+    extra: dict[str, Any] | None = None
+    on_ready: Callable[[], Any] | None = None
+
+
+def prefill_probe(probe: ProbeConfig, prefill: Any) -> tuple[ProbeConfig, dict[str, Any]]:
+    """The probe one run reads its answers with, and what its summary says of it: for one convention other than
+    the probe's line, that convention's probe and {prefill, convention}; else `probe` itself and nothing (the default,
+    and several conventions, each probed in its own directory)."""
+    if is_single_default(prefill) or is_multi(prefill):
+        return probe, {}
+    (conv,) = listed_conventions(prefill, probe) or ()
+    return convention_probe(probe, conv), {"prefill": prefill, "convention": conv.to_dict()}
+
+
+def run_detection(run: DetectionRun, tracker: Any = None) -> tuple[dict[str, Any], Path]:
+    """The one detection job: load the model, probe every unit (resumable), test, report; then, with `run.base`,
+    the base model on the same units and the difference-in-differences. Returns the summary and the run directory.
+
+    Both detection entries call it: evaluate/run_detect.py (`run_detect`, which claims the directory first) and the
+    simulation's detection stage (once per model). The pre-fills follow `probe.prefill`
+    (zcp.probe.multiconv.detect_prefill: the default run, one other convention, or a run per convention with one
+    verdict over them)."""
+    from zcp.backends.registry import build_backend
+    from zcp.core.io import RunLock
+    from zcp.probe.did import detect_did, free_memory
+
+    backend = build_backend(run.model)
+    used, _ = prefill_probe(run.probe, run.prefill)
+    check_backend_metrics(backend, used)
+    out = Path(run.out(backend) if callable(run.out) else run.out)
+    queue = RunLock(out, wait=run.queue, name=SHARE_LOCK) if run.queue is not None else contextlib.nullcontext()
+    with queue:
+        summary = detect_prefill(backend, run.datasets, run.probe, out, run.settings, run.prefill, run.auto,
+                                 conventions=run.conventions, primary=run.primary, tracker=tracker, extra=run.extra,
+                                 title=run.title, on_ready=run.on_ready)
+    if run.base is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
+        del backend  # the audited model leaves memory before the base model loads
+        free_memory()
+        summary = (did_conventions(run.base, run.datasets, run.probe, out, run.settings, summary, tracker)
+                   if is_multi(run.prefill) else
+                   detect_did(run.base, run.datasets, used, out, run.settings, summary, tracker))
+    return summary, out
 
 
 def run_detect(cfg: Any) -> dict[str, Any]:
@@ -65,13 +144,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     seeds = [job.seed] if job.seeds is None else list(job.seeds)  # DetectJob.seeds: null = [seed]
     seed_everything(job.seed)
     from zcp.backends.registry import check_paths
-    from zcp.probe.did import (
-        DID_MD,
-        base_model_config,
-        base_weights,
-        detect_did,
-        free_memory,
-    )
+    from zcp.probe.did import DID_MD, base_model_config, base_weights
 
     mc = job.model
     check_paths(mc)  # before anything is read or loaded
@@ -104,10 +177,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
     if multi and sharded:
         raise ConfigError(f"run.shard={job.run.shard} with probe.prefill={prefill!r}: a multi-convention run is not "
                           "sharded; shard one convention's run at a time (probe.prefill=<name>)")
-    if not is_single_default(prefill) and not multi:  # one other pre-fill: the plain run, with that convention's probe
-        (conv,) = listed_conventions(prefill, probe) or ()
-        probe = convention_probe(probe, conv)
-        extra.update(prefill=prefill, convention=conv.to_dict())
+    used, chosen = prefill_probe(probe, prefill)  # one other pre-fill: the plain run, with that convention's probe
     made_of = source_made_of(plain, weights)  # what the records are made from: the directory's fingerprint
     source = fingerprint_of(made_of) if sharded else ""
     saved = without_shard(cfg, keep_null=True)  # a shard's and the merge's config.yaml: the one-process one
@@ -119,46 +189,36 @@ def run_detect(cfg: Any) -> dict[str, Any]:
 
     if sharded and job.run.shard_spec is None:  # run.shard=merge: the statistics and reports, once
         with claimed(), Tracker(job.logger, run_config=to_dict(saved), run_dir=str(out), job_type="detect") as tracker:
-            summary = merge_shards(datasets, probe, out, settings, source=source, tracker=tracker, extra=extra,
-                                   title=title, on_ready=lambda: save_config(saved, out))
+            summary = merge_shards(datasets, used, out, settings, source=source, tracker=tracker,
+                                   extra={**extra, **chosen}, title=title, on_ready=lambda: save_config(saved, out))
             files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
             tracker.artifact("detect-results", "zcp-detect", files + ([str(out / RECORDS)] if job.logger.log_records
                                                                        else []))
         print((out / TABLE).read_text())
         print(f"wrote {out}")
         return summary
-    # the directory is held from before the model loads (a second run on it is refused without loading one): a shard
-    # its own shard's (the n shards of one run share `out`), any other run `out`, claimed for this configuration
-    with claimed_run_dir(shard_dir(out, *job.run.shard_spec), "detect", None) if sharded else claimed():
-        backend = build_backend(cfg.model)
-        check_backend_metrics(backend, probe)
-        if sharded:  # run.shard=i/n: this shard's units only, no test, no tracker run (the merge makes the one run)
-            meta = probe_shard(backend, datasets, probe, out, settings, job.run.shard_spec, source=source,
+    if sharded:  # run.shard=i/n: this shard's units only, no test, no tracker run (the merge makes the one run)
+        # held from before the model loads: its own shard's dir (the n shards of one run share `out`)
+        with claimed_run_dir(shard_dir(out, *job.run.shard_spec), "detect", None):
+            backend = build_backend(cfg.model)
+            check_backend_metrics(backend, used)
+            meta = probe_shard(backend, datasets, used, out, settings, job.run.shard_spec, source=source,
                                on_ready=lambda: save_config(saved, out))
-            print(f"wrote shard {job.run.shard} of {out}: {meta['n_units']} of {meta['n_units_total']} units; once "
-                  "every shard has finished, run the same command with run.shard=merge")
-            return meta
-        with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
-            if multi:  # each convention in <out>/conv-<name>/, the combined verdict in <out>/
-                summary = detect_conventions(backend, datasets, probe, out, settings,
-                                             listed_conventions(prefill, probe), job.probe.auto, prefill=prefill,
-                                             tracker=tracker, extra=extra, title=title,
-                                             on_ready=lambda: save_config(cfg, out), primary=job.probe.primary)
-            else:
-                summary = detect(backend, datasets, probe, out, settings, tracker=tracker, extra=extra, title=title,
-                                 on_ready=lambda: save_config(cfg, out))
-            if base_mc is not None:  # the base model on the same units, into <out>/base/, then <out>/did.md
-                del backend  # the audited model leaves memory before the base model loads
-                free_memory()
-                summary = (did_conventions(base_mc, datasets, probe, out, settings, summary, tracker) if multi else
-                           detect_did(base_mc, datasets, probe, out, settings, summary, tracker))
-            files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
-            if base_mc is not None:
-                files += [str(out / DID_MD)] + ([] if multi else [str(out / "base" / SUMMARY),
-                                                                   str(out / "base" / TABLE)])
-            if job.logger.log_records:
-                files.append(str(out / RECORDS))
-            tracker.artifact("detect-results", "zcp-detect", files)
+        print(f"wrote shard {job.run.shard} of {out}: {meta['n_units']} of {meta['n_units_total']} units; once "
+              "every shard has finished, run the same command with run.shard=merge")
+        return meta
+    run = DetectionRun(model=cfg.model, datasets=datasets, probe=probe, settings=settings, out=out, title=title,
+                       prefill=prefill, auto=job.probe.auto, primary=job.probe.primary, base=base_mc, extra=extra,
+                       on_ready=lambda: save_config(cfg, out))
+    # the directory is held and claimed from before the model loads: a second run on it is refused without loading one
+    with claimed(), Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="detect") as tracker:
+        summary, _ = run_detection(run, tracker)
+        files = [str(out / SUMMARY), str(out / TABLE), str(out / "config.yaml")]
+        if base_mc is not None:
+            files += [str(out / DID_MD)] + ([] if multi else [str(out / "base" / SUMMARY), str(out / "base" / TABLE)])
+        if job.logger.log_records:
+            files.append(str(out / RECORDS))
+        tracker.artifact("detect-results", "zcp-detect", files)
     print((out / TABLE).read_text())
     if base_mc is not None:
         print((out / DID_MD).read_text())

@@ -26,8 +26,8 @@ from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.core.rundir import BASELINES, DETECT, SIMULATION_SUMMARY
 from zcp.probe.conventions import is_single_default
-from zcp.probe.detect import DetectDataset, DetectSettings
-from zcp.probe.did import did_markdown, simulation_did
+from zcp.probe.detect import ORIGINAL, DetectDataset, DetectSettings
+from zcp.probe.did import did_between, did_markdown
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text, plot_c_cont
 
@@ -178,7 +178,6 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     The base model's detection depends on nothing the fine-tune did, so it lives beside the run dirs
     (`<runs>/base-detect__<key>`) and is shared: a second simulation that finds it in use (a sibling run, a
     parallel sweep job) waits for it (`SHARED_WAIT_S`) and then resumes it, finding its records done."""
-    from zcp.backends.registry import build_backend
     from zcp.benchmarks.split import Manifest
     from zcp.core.io import check_writable
     from zcp.core.tracking import Tracker
@@ -204,40 +203,38 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     check_writable(out_root, key="the detection stage's dir")  # before a model loads
     if "base" in models:
         check_writable(shared_root, key="the shared base-model detection's dir")
-    from zcp.probe.multiconv import conv_dir, detect_prefill, prefill_key, summary_conventions
+    from zcp.probe.multiconv import conv_dir, summary_conventions
+    from zcp.probe.run import DetectionRun, run_detection
 
-    prefill = s.probe.prefill  # several conventions (or auto: read from the FT model): the base model gets the same
-    conventions = None
+    prefill, auto = s.probe.prefill, s.probe.auto  # several conventions (or auto: read from the FT model): the base
+    conventions = None                               # model gets the same
     runs, summaries = {}, {}
     for name, path in models.items():
-        # the run's model config (engine, chat_template_kwargs, batch sizes) with this model's weights
-        backend = build_backend(s.model.replace(path=path, adapter=None, name=f"{name}:{Path(path).name}"))
-        # A detection run is keyed by what decides its records (model content, items, references, probe
-        # settings): new references (a newer reference builder) or probe settings get a new directory
-        # instead of a refusal. The base model's detection depends on nothing else, so it is shared between
-        # runs (an exposure sweep probes the base model once).
-        units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
-        key_parts = [path, backend.fingerprint, probe.__dict__, units, seeds, settings.bootstrap_samples]
-        kw = {"prefill": prefill, "auto": s.probe.auto, "conventions": conventions}
-        if not is_single_default(prefill):  # other pre-fills, other records (the default's key is unchanged)
-            key_parts.append(prefill_key(prefill, s.probe.auto, conventions))
-        key = stable_hash(json.dumps(key_parts, sort_keys=True, default=str), 12)
-        title = f"ZCP on the {name} model"
-        if name == "base":
-            runs[name] = shared_root / f"base-detect__{key}"
-            summaries[name] = detect_shared(backend, datasets, probe, runs[name], settings, title=title, **kw)
-        else:
-            runs[name] = out_root / f"{name}__{key}"
-            summaries[name] = detect_prefill(backend, datasets, probe, runs[name], settings, title=title, **kw)
+        # the one detection job (zcp.probe.run), on the run's model config (engine, chat_template_kwargs, batch sizes)
+        # with this model's weights. The base model's detection depends on nothing the fine-tune did, so it is shared
+        # between runs (an exposure sweep probes the base model once), queued behind any other job probing it.
+        root, label = (shared_root, "base-detect") if name == "base" else (out_root, name)
+
+        def named(backend: Any, root: Path = root, label: str = label, path: str = path,
+                  conventions: Any = conventions) -> Path:
+            return root / f"{label}__{detection_key(path, backend, datasets, probe, settings, prefill, auto, conventions)}"
+
+        run = DetectionRun(model=s.model.replace(path=path, adapter=None, name=f"{name}:{Path(path).name}"),
+                           datasets=datasets, probe=probe, settings=settings, out=named, title=f"ZCP on the {name} model",
+                           prefill=prefill, auto=auto, conventions=conventions,
+                           queue=SHARED_WAIT_S if name == "base" else None)
+        summaries[name], runs[name] = run_detection(run)
         conventions = conventions or summary_conventions(summaries[name])
-        del backend
     metrics = list(probe.metrics)
     multi = len(seeds) > 1
     table7 = _table7(summaries, metrics, multi)
-    did = simulation_did(runs, list(groups), metrics, settings) if "base" in runs and not conventions else []
-    if "base" in runs and conventions:  # per pre-fill, from each convention's own runs of FT and base
-        did = [{"convention": cv.name, **row} for cv in conventions for row in
-               simulation_did({n: conv_dir(d, cv.name) for n, d in runs.items()}, list(groups), metrics, settings)]
+    did = []
+    if "base" in runs:  # the originals' DiD of FT against base; several pre-fills: per convention, from its own runs
+        pairs = ([(cv.name, conv_dir(runs["FT"], cv.name), conv_dir(runs["base"], cv.name)) for cv in conventions]
+                 if conventions else [(None, runs["FT"], runs["base"])])
+        did = [{**({"convention": cv} if cv else {}), **row} for cv, ft_dir, base_dir in pairs
+               for row in did_between(ft_dir, base_dir, list(groups), metrics, settings, variants=(ORIGINAL,),
+                                      label="ft")]
     (out_root / "table7.md").write_text(table7)
     if did:
         (out_root / "did.md").write_text(did_markdown(did) if not conventions else "\n".join(
@@ -292,18 +289,19 @@ SIM_STAGES = ("contaminate", "detect", "baselines")
 SHARED_WAIT_S = math.inf  # how long a simulation waits for another one's shared base-model detection
 
 
-def detect_shared(backend: Any, datasets: Sequence[DetectDataset], probe: Any, out: Path, settings: DetectSettings,
-                  title: str, wait: float = SHARED_WAIT_S, **prefill: Any) -> dict[str, Any]:
-    """`detect` into a directory several simulations share (the base model's detection): a queue lock
-    (`<out>/.share.lock`, waited for up to `wait` seconds) is taken before detect's own `.lock`, so a second
-    simulation waits for the first instead of refusing, then resumes the finished records (the same units, the
-    same records) and writes the same summary. `prefill` (prefill, auto, conventions): the pre-fills to probe
-    (zcp.probe.multiconv.detect_prefill; none given: the probe's line, `detect` itself)."""
-    from zcp.core.io import RunLock
-    from zcp.probe.multiconv import detect_prefill
+def detection_key(path: str, backend: Any, datasets: Sequence[DetectDataset], probe: Any, settings: DetectSettings,
+                  prefill: Any, auto: Any, conventions: Any) -> str:
+    """The key of one model's detection run in the simulation (its directory `<label>__<key>`): what decides its
+    records (the weights' path and the loaded backend's content fingerprint, the probe settings, the units, the seeds,
+    the Monte Carlo samples and, for pre-fills other than the default, which ones), so new references or probe
+    settings get a new directory instead of a refusal."""
+    from zcp.probe.multiconv import prefill_key
 
-    with RunLock(out, wait=wait, name=".share.lock"):
-        return detect_prefill(backend, datasets, probe, out, settings, title=title, **prefill)
+    units = [(k, it.question, it.answer) for ds in datasets for k, it in ds.work()]
+    key_parts = [path, backend.fingerprint, probe.__dict__, units, list(settings.seeds), settings.bootstrap_samples]
+    if not is_single_default(prefill):  # other pre-fills, other records (the default's key is unchanged)
+        key_parts.append(prefill_key(prefill, auto, conventions))
+    return stable_hash(json.dumps(key_parts, sort_keys=True, default=str), 12)
 
 
 def validate_detect(c: Any) -> Any:
