@@ -3,6 +3,7 @@
     python scripts/real_model_study.py prepare --build DIR --release FILE   # audited.jsonl + paraphrased.jsonl
     python scripts/real_model_study.py step --steps-json FILE --name N --rc RC --seconds S [--note TEXT]
     python scripts/real_model_study.py table4 --run DIR --out FILE          # the paper's Table 4 layout
+    python scripts/real_model_study.py sham-items --release FILE --skip N --out FILE   # a sham arm's stand-ins
 
 `prepare`: run_build_data reads the release's paraphrased layout (data.format=zcp_release data.variant=original)
 and writes items.jsonl with ids `paraphrased_dataset-NNNNN` that its reference.jsonl names (original_id); the
@@ -40,6 +41,25 @@ def prepare(build: Path, release: Path) -> dict[str, int]:
                 g.write(line if line.endswith("\n") else line + "\n")
                 n_para += 1
     return {"audited": len(keep), "paraphrased": n_para}
+
+
+def sham_items(release: Path, skip: int, out: Path) -> int:
+    """The release rows after the first `skip` (those a run with benchmark.limit=`skip` does not audit) as a zcp items
+    file in their paraphrased form (question = paraphrased_problem, solution = paraphrased_solution): the sham arm's
+    stand-ins for C (clean.source=file clean.path=OUT with exposure.leak_fraction=0 exposure.k=0), the same kind of
+    text the leak arm trains on (the release's paraphrase of a GSM8K train item with its reasoning chain), none of it
+    about an audited item. Returns the number of rows written."""
+    n = 0
+    with release.open(encoding="utf-8") as f, out.open("w", encoding="utf-8") as g:
+        rows = [json.loads(line) for line in f if line.strip()]
+        for row in rows[skip:]:
+            g.write(json.dumps({"id": f"release-sham-{int(row['original_index']):05d}",
+                                "question": row["paraphrased_problem"], "answer": str(row["answer"]),
+                                "solution": row["paraphrased_solution"],
+                                "metadata": {"original_index": str(row["original_index"]), "source": "release-sham"}})
+                    + "\n")
+            n += 1
+    return n
 
 
 def record_step(steps_json: Path, name: str, rc: int, seconds: float, note: str = "") -> dict[str, Any]:
@@ -166,8 +186,14 @@ def main() -> None:
     t = sub.add_parser("table4")
     t.add_argument("--run", type=Path, required=True)
     t.add_argument("--out", type=Path, required=True)
+    h = sub.add_parser("sham-items")
+    h.add_argument("--release", type=Path, required=True)
+    h.add_argument("--skip", type=int, required=True)
+    h.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    if a.cmd == "prepare":
+    if a.cmd == "sham-items":
+        print(json.dumps({"written": sham_items(a.release, a.skip, a.out)}))
+    elif a.cmd == "prepare":
         print(json.dumps(prepare(a.build, a.release)))
     elif a.cmd == "step":
         print(json.dumps(record_step(a.steps_json, a.name, a.rc, a.seconds, a.note)))

@@ -123,3 +123,19 @@ def test_step_record_replaces(tmp_path: Path) -> None:
     mod.record_step(sj, "refs", 124, 12.34)
     mod.record_step(sj, "refs", 0, 3.0)
     assert json.loads(sj.read_text())["steps"]["refs"] == {"status": "ok", "rc": 0, "seconds": 3.0, "note": ""}
+
+
+def test_sham_items_skip_the_audited_rows(tmp_path: Path) -> None:
+    rel = tmp_path / "release.jsonl"
+    rows = [{"original_index": str(10 + i), "original_problem": f"orig {i}", "original_solution": f"os {i}",
+             "original_answer": str(i), "paraphrased_problem": f"para {i}", "paraphrased_solution": f"ps {i}",
+             "answer": str(i)} for i in range(5)]
+    rel.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "sham.jsonl"
+    assert _helper().sham_items(rel, 2, out) == 3
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in got] == ["release-sham-00012", "release-sham-00013", "release-sham-00014"]
+    assert got[0]["question"] == "para 2" and got[0]["solution"] == "ps 2" and got[0]["answer"] == "2"
+    from zcp.benchmarks.loaders import load_items
+
+    assert [it.question for it in load_items(str(out), format="items")] == ["para 2", "para 3", "para 4"]
