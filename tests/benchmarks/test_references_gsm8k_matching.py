@@ -3,6 +3,7 @@ with the question's numbers, numbers tied outside the chain; per-feature distrib
 
 from __future__ import annotations
 
+import random
 from fractions import Fraction
 
 import pytest
@@ -17,6 +18,8 @@ from zcp.benchmarks.references.gsm8k import (
 )
 from zcp.benchmarks.references.gsm8k.answer_class import last_digit_class
 from zcp.benchmarks.references.gsm8k.coverage import build_and_report, classify, coverage_table, read_items
+from zcp.benchmarks.references.gsm8k.program import Variable
+from zcp.benchmarks.references.gsm8k.quantities import Quantity
 from zcp.benchmarks.references.shift import leading_digit, question_numbers
 from zcp.core.items import Item
 
@@ -39,6 +42,13 @@ COPIED = {  # the answer 26 starts like the question's last number, 2: a model t
                 "does she spend?",
     "answer": "The pens cost 4 * 3 = $<<4*3=12>>12.\nThe notebooks cost 2 * 7 = $<<2*7=14>>14.\nShe spends 12 + 14 "
               "= $<<12+14=26>>26.\n#### 26",
+}
+MARBLES = {  # GSM8K test row 263: the answer 270 starts like the question's last number (20) and two of its three
+    # numbers are round; at seed 0 no draw of the first phase keeps all of that with the answer's class
+    "question": "Maddison has 5 boxes with 50 marbles in each box. Then she gets 20 marbles from her friend. How many "
+                "marbles does she have now?",
+    "answer": "Maddison has 5 x 50 = <<5*50=250>>250 marbles from her boxes.\nSo she has a total of 250 + 20 = "
+              "<<250+20=270>>270 marbles now.\n#### 270",
 }
 NOT_COPIED = {  # no coincidence: the draws must not create one
     "question": "Tom reads 23 pages on Monday and 38 pages on Tuesday. How many pages did he read?",
@@ -98,6 +108,36 @@ def test_coincidence_with_the_question_numbers_is_kept(row):
         assert got == own, (ref.question, ref.answer)
 
 
+def test_a_held_draw_keeps_which_numbers_start_like_the_answer():
+    """`Variable.draw` with `lead` (digit, wanted): the new value starts with the digit exactly when wanted, in the
+    last written place too ($1.37 -> $1.xx), and still moves (several distinct values)."""
+    rng = random.Random(0)
+    plain = Variable(Fraction(23), [], False, {})
+    held = [plain.draw(rng, spread=3.0, lead=(2, True)) for _ in range(300)]
+    assert all(significant_lead(x) == 2 for x in held) and len(set(held)) >= 4
+    kept_off = [plain.draw(rng, spread=3.0, lead=(2, False)) for _ in range(300)]
+    assert all(significant_lead(x) != 2 for x in kept_off if x != 23) and len(set(kept_off)) >= 8
+    price = Variable(Fraction(137, 100), [Quantity(0, 5, "$1.37", Fraction(137, 100), "digit", decimals=2)], False, {})
+    cents = [price.draw(rng, spread=3.0, lead=(1, True)) for _ in range(300)]
+    assert all(significant_lead(x) == 1 and x.denominator != 1 for x in cents) and len(set(cents)) >= 4
+    # a round number with one significant digit has no other value with its digit: it stays
+    assert {Variable(Fraction(20), [], False, {}).draw(rng, lead=(2, True)) for _ in range(20)} == {Fraction(20)}
+
+
+def test_structure_holding_phase_keeps_the_answer_starting_like_the_last_number():
+    """An item the first phase leaves without a draw that keeps the answer's class (leading digit 2, a multiple of
+    10 but not of 100) and the question's structure (the answer starts like the last number, 20; two round
+    numbers) gets them from the structure-holding phase of `collect_draws`; every such draw keeps all of it."""
+    item = _item(MARBLES)
+    res = perturb_gsm8k(item, m=3, seed=0, max_attempts=4000, fill=False, structure="require")
+    assert len(res.items) == 3, res.reason
+    for ref in res.items:
+        a, qn = Fraction(ref.answer), question_numbers(ref.question)
+        assert significant_lead(a) == 2 and a % 10 == 0 and a % 100 != 0 and a != 270, ref.answer
+        assert leading_digit(str(qn[-1])) == leading_digit(ref.answer), ref.question
+        assert sum(1 for x in qn if x % 10 == 0) == 2 and a not in qn, ref.question
+
+
 def test_classify_and_coverage_table_account_for_every_item():
     assert classify("row 3: only 1 of 3 valid draws in 900 attempts (most frequent failure: x)") == \
         ("too few valid draws", "some but fewer than m valid draws")
@@ -120,8 +160,11 @@ def _feature_counts(items, refs):
         nums = question_numbers(it.question)
         lead = leading_digit(it.answer)
         return {"last digit": last_digit_class(a) if abs(a) > 9 else "one-digit",
+                "leading digit": str(lead),
                 "digits": str(len(str(abs(int(a))))),
                 "equals a question number": str(a in nums),
+                "equals the last question number": str(bool(nums) and a == nums[-1]),
+                "leads like a question number": str(any(lead == leading_digit(str(abs(x))) for x in nums if x)),
                 "leads like the last question number": str(bool(nums) and lead == leading_digit(str(abs(nums[-1]))))}
 
     out: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
@@ -174,6 +217,10 @@ def test_features_have_the_originals_distribution_on_a_slice(shared_data):
 
 @pytest.mark.slow  # the whole GSM8K test split (1,319 rows) at m = 3: a few minutes on two cores
 def test_features_and_coverage_on_the_full_test_split(shared_data):
+    """All 1,319 GSM8K test rows at m = 3 (skipped without the shared data): per feature (last-digit class, leading
+    digit, digit count, the answer equal to / starting like a question number or the last one), originals vs their
+    draws (item-averaged), chi-square, each p times the number of features (Bonferroni) >= ALPHA = 0.01; the
+    build report's within-item permutation test of every feature too; and coverage above its regression floor."""
     path = shared_data / "gsm8k" / "test.jsonl"
     if not path.exists():
         pytest.skip(f"{path} not found")
@@ -184,6 +231,7 @@ def test_features_and_coverage_on_the_full_test_split(shared_data):
     cov = rep["coverage"]
     # every item is covered or lost with a counted reason; the figure of docs/results/gsm8k_references.md
     assert cov["covered"] + sum(r["items"] for r in cov["lost_by_reason"]) >= cov["items"]
-    # a regression floor under the figure of docs/results/gsm8k_references.md (54.1% with all 3 draws, 62.8% with
-    # at least one, 2026-12-04); the 80% asked for is not reached (the table there says where items are lost)
-    assert cov["covered"] / cov["items"] >= 0.50, cov
+    # a regression floor under the figure of docs/results/gsm8k_references.md (58.1% with all 3 draws, 66.6% with
+    # at least one, 2026-12-05); the 80% asked for is not reached (the table there says where items are lost)
+    assert cov["covered"] / cov["items"] >= 0.55, cov
+    assert (cov["covered"] + cov["partial"]) / cov["items"] >= 0.63, cov

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from zcp.benchmarks.references.gsm8k.answer_class import significant_lead
 from zcp.benchmarks.references.gsm8k.program import MAX_SPREAD, _Analysis, _relation_holds
 from zcp.benchmarks.references.gsm8k.quantities import _decimal_places
 from zcp.benchmarks.references.matching import ANSWER_SPREAD, SPREAD, answer_digits
@@ -125,20 +126,34 @@ _STAGE_SPREAD = (SPREAD, 2.5, MAX_SPREAD)
 
 
 def _sample(an: _Analysis, rng: random.Random, stage: int, direction: int = 0,
-            leanings: dict[int, int] | None = None) -> tuple[dict[int, Fraction] | None, str]:
+            leanings: dict[int, int] | None = None, lead: tuple[int, int] | None = None
+            ) -> tuple[dict[int, Fraction] | None, str]:
     """Draw new values near the old ones (`Variable.draw`): stage 0 all free variables, round numbers
     stay round (and the others off the multiples of 10), factors in [1/2, 2]; stage 1 factors up to 2.5,
     half the draws with any last digit; stage 2 up to 3 and also a random subset of the free variables
     (the others keep their values).
 
     `direction` (+1 a larger answer, -1 a smaller one) leans each draw the way that moves the answer
-    there (`leanings`), 3 times in 4; the draws of both directions together stay symmetric."""
+    there (`leanings`), 3 times in 4; the draws of both directions together stay symmetric.
+
+    `lead` (the original answer's leading digit, the draw's target leading digit): the structure-holding
+    draw of `zcp.benchmarks.references.gsm8k.pool.collect_draws`'s second phase. Every drawn number starts
+    with the target digit exactly when its old value started with the answer's own digit, and round numbers
+    stay round at every stage, so that the answer's coincidences with the question's numbers ("starts like a
+    question number", "starts like the last one") and the count of round question numbers come out as in the
+    original far more often than by chance; the draw is still checked like any other."""
     chosen = list(an.free)
     if stage >= 2 and len(chosen) > 1:
         chosen = rng.sample(chosen, rng.randint(1, len(chosen) - 1))
-    keep = stage == 0 or rng.random() < 0.5
+    keep = stage == 0 or lead is not None or rng.random() < 0.5
+
+    def rule(vi: int) -> tuple[int, bool] | None:
+        if lead is None:
+            return None
+        return lead[1], significant_lead(an.variables[vi].value) == lead[0]
+
     new = {vi: an.variables[vi].draw(rng, keep_roundness=keep, spread=_STAGE_SPREAD[stage],
-                                     lean=direction * (leanings or {}).get(vi, 0))
+                                     lean=direction * (leanings or {}).get(vi, 0), lead=rule(vi))
            for vi in chosen}
     if an.dependent:
         try:

@@ -145,7 +145,15 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 4000) -> Dr
 
     The loop ends when every target has its draws with the question's whole structure kept (`_mismatch`
     PERFECT), or the item has m such draws anywhere after 40% of the budget, or every target has its draws
-    after 70% of it, or at the end of the budget (three times the budget while no draw at all was valid)."""
+    after 70% of it, or at the end of the budget (three times the budget while no draw at all was valid).
+
+    An item left with fewer than m draws that keep the answer's class and the question's structure
+    (`_Cand.clean`) then gets a second phase of up to `max_attempts` structure-holding draws (`_sample` with
+    `lead`: every drawn number starts like the answer exactly when its old value did, round numbers stay
+    round), from a stream of its own, so that the pools of the items the first phase serves are unchanged
+    (which of their draws are chosen may still move with the benchmark-level transport). Only draws that keep the class and the structure are kept from it: the features stay matched per draw,
+    the phase only finds such draws where chance alone rarely does (an answer starting like the question's
+    last number: "... has 20 sheep" -> 260)."""
     where = f"row {item.metadata['row']}: " if "row" in item.metadata else ""
     rng = random.Random(int(stable_hash(f"gsm8k-ref|{item.id}|{seed}"), 16))
     try:
@@ -169,11 +177,68 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 4000) -> Dr
     base_round = sum(base[2])
     perfect: Counter = Counter()
     seen: set[tuple] = set()
-    seen_valid = False
     leanings = _leanings(an)
     fails = pool.failures
+
+    def consider(new: dict[int, Fraction] | None, why: str, clean_only: bool = False) -> bool:
+        """Check one sampled set of new values and file the draw in the pool; whether it was valid."""
+        if new is None:
+            fails[why] += 1
+            return False
+        vals = list(new.values())
+        # no new equality: the new values differ from each other and from every question number that stays
+        # (a new value may take the old value of a number that moves too: 3 -> 5 while 5 -> 8)
+        moved = {an.variables[vi].value for vi in new}
+        if len(set(vals)) != len(vals) or any(v in question_values and v not in moved for v in vals):
+            fails["new values collide with each other or with a number of the question"] += 1
+            return False
+        key = tuple(sorted(new.items()))
+        if key in seen:
+            return False
+        seen.add(key)
+        draw, why = _try(an, new)
+        if draw is None:
+            fails[why] += 1
+            return False
+        new_answer = draw.results[an.chain.final_step]
+        if is_special(new_answer):
+            fails["the answer became 0, 1, 10, 100 or 1000"] += 1
+            return True
+        changed = {an.variables[vi].value: v for vi, v in new.items()}
+        st = _structure(new_answer, _digit_values(an, changed))
+        cand = _Cand(draw, new_answer, _mismatch(base, st), sum(st[2]) - base_round)
+        if not keeps_answer_class(answer, new_answer):
+            if clean_only:
+                return True
+            fails["the answer lost its leading digit or roundness"] += 1
+            if keeps_answer_form(answer, new_answer):
+                d = significant_lead(new_answer)
+                if len(pool.alt.setdefault(d, [])) < m:
+                    pool.alt[d].append(cand)
+            b = answer_bin(answer, new_answer)
+            if len(pool.outside.setdefault(b, [])) < m:
+                pool.outside[b].append(cand)
+            return True
+        k = significant_lead(new_answer) if flexible else answer_bin(answer, new_answer)
+        have = pool.matched.setdefault(k, [])
+        # a bin no draw targets keeps up to m draws too: the fallback of a target bin nothing reaches
+        if clean_only:
+            if not (cand.clean and perfect[k] < m):
+                return True
+        elif not (len(have) < (need.get(k, 0) or m) or (cand.clean and perfect[k] < m)):
+            return True
+        try:
+            cand.item = _make_reference(item, an, draw, 0, pool.base_findings)
+        except ValueError as e:
+            fails[str(e)] += 1
+            return True
+        have.append(cand)
+        perfect[k] += cand.clean
+        return True
+
     # an item with no valid draw at all after the budget gets up to twice as much again (low-yield
     # programs: a divisibility constraint, a value solved from the others)
+    seen_valid = False
     while pool.attempts < max_attempts or (pool.attempts < 3 * max_attempts and not seen_valid):
         short_perfect = [k for k in need if perfect[k] < need[k]]
         short_any = [k for k in need if len(pool.matched.get(k, ())) < need[k]]
@@ -186,55 +251,21 @@ def collect_draws(item: Item, m: int, seed: int, max_attempts: int = 4000) -> Dr
         stage = 0 if att <= 0.4 * max_attempts else (1 if att <= 0.7 * max_attempts else 2)
         target = short_perfect[att % len(short_perfect)]
         direction = (target > own) - (target < own) if flexible else (target > 0) - (target < 0)
-        new, why = _sample(an, rng, stage, direction, leanings)
-        if new is None:
-            fails[why] += 1
-            continue
-        vals = list(new.values())
-        # no new equality: the new values differ from each other and from every question number that stays
-        # (a new value may take the old value of a number that moves too: 3 -> 5 while 5 -> 8)
-        moved = {an.variables[vi].value for vi in new}
-        if len(set(vals)) != len(vals) or any(v in question_values and v not in moved for v in vals):
-            fails["new values collide with each other or with a number of the question"] += 1
-            continue
-        key = tuple(sorted(new.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        draw, why = _try(an, new)
-        if draw is None:
-            fails[why] += 1
-            continue
-        seen_valid = True
-        new_answer = draw.results[an.chain.final_step]
-        if is_special(new_answer):
-            fails["the answer became 0, 1, 10, 100 or 1000"] += 1
-            continue
-        changed = {an.variables[vi].value: v for vi, v in new.items()}
-        st = _structure(new_answer, _digit_values(an, changed))
-        cand = _Cand(draw, new_answer, _mismatch(base, st), sum(st[2]) - base_round)
-        if not keeps_answer_class(answer, new_answer):
-            fails["the answer lost its leading digit or roundness"] += 1
-            if keeps_answer_form(answer, new_answer):
-                d = significant_lead(new_answer)
-                if len(pool.alt.setdefault(d, [])) < m:
-                    pool.alt[d].append(cand)
-            b = answer_bin(answer, new_answer)
-            if len(pool.outside.setdefault(b, [])) < m:
-                pool.outside[b].append(cand)
-            continue
-        k = significant_lead(new_answer) if flexible else answer_bin(answer, new_answer)
-        have = pool.matched.setdefault(k, [])
-        # a bin no draw targets keeps up to m draws too: the fallback of a target bin nothing reaches
-        if not (len(have) < (need.get(k, 0) or m) or (cand.clean and perfect[k] < m)):
-            continue
-        try:
-            cand.item = _make_reference(item, an, draw, 0, pool.base_findings)
-        except ValueError as e:
-            fails[str(e)] += 1
-            continue
-        have.append(cand)
-        perfect[k] += cand.clean
+        seen_valid |= consider(*_sample(an, rng, stage, direction, leanings))
+
+    # second phase (docstring): structure-holding draws for an item short of clean draws, on a stream of its own
+    if seen_valid and sum(perfect.values()) < m:
+        hold = random.Random(int(stable_hash(f"gsm8k-ref-hold|{item.id}|{seed}"), 16))
+        for att in range(1, max_attempts + 1):
+            if sum(perfect.values()) >= m:
+                break
+            stage = 0 if att <= 0.4 * max_attempts else (1 if att <= 0.7 * max_attempts else 2)
+            short = [k for k in need if perfect[k] < need[k]] or list(need)
+            target = short[att % len(short)]
+            direction = (target > own) - (target < own) if flexible else (target > 0) - (target < 0)
+            pool.attempts += 1
+            consider(*_sample(an, hold, stage, direction, leanings, lead=(own, target if flexible else own)),
+                     clean_only=True)
     return pool
 
 

@@ -73,7 +73,7 @@ class Variable:
         return max((q.decimals for q in self.occurrences), default=0)
 
     def draw(self, rng: random.Random, keep_roundness: bool = True, spread: float = SPREAD,
-             lean: int = 0) -> Fraction:
+             lean: int = 0, lead: tuple[int, bool] | None = None) -> Fraction:
         """A new value near this one: the value times a log-uniform factor in [1/spread, spread].
 
         The factor is as likely to be below 1 as above it, so a draw goes down as often as up and
@@ -82,7 +82,11 @@ class Variable:
         above (below) 1 three times in four, for a draw aimed at a larger (smaller) answer. The result is rounded to the
         written decimals and must pass `admissible`; with `keep_roundness` a round number stays round at
         its new magnitude (100 -> 70 or 200, 15 -> 5 or 25), a whole multiple of 10 stays one (10 -> 20,
-        never 7) and any other whole number stays off them (7 -> 12, never 10; 23 -> 31, never 30). Returns the old value when 20 tries fail.
+        never 7) and any other whole number stays off them (7 -> 12, never 10; 23 -> 31, never 30). `lead`
+        (digit d, wanted): the new value's first significant digit is d exactly when `wanted` (a draw that keeps
+        the answer's leading digit d keeps which question numbers start like the answer: "... has 20 sheep" ->
+        260 keeps a question number starting with 2, one that started otherwise does not take 2). Returns the
+        old value when 20 tries fail.
         """
         scale = 10**self.decimals
         u = int(self.value * scale)
@@ -103,6 +107,8 @@ class Variable:
                 continue
             if round_class and (k % tenth == 0) != (u % tenth == 0):
                 continue  # a multiple of 10 stays one (10 -> 20, never 7) and any other number stays off them
+            if lead is not None and (int(str(k)[0]) == lead[0]) != lead[1]:
+                continue  # k is the value in its last written place: its first digit is the value's first significant one
             return Fraction(k, scale)
         return self.value
 
