@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and the typed config groups)
 from zcp import REPO_ROOT
+from zcp.validate import baselines_stage  # noqa: F401  (the simulation's baselines stage, as the entry points register it)
 
 
 def compose(config_name: str, *overrides: str, resolve: bool = False,

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.simulate.pipeline import run_simulation
+from zcp.validate import baselines_stage  # noqa: F401  (registers the simulation's baselines stage)
 
 
 @hydra.main(config_path="../conf", config_name="contaminate", version_base=None)

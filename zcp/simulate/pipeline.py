@@ -24,7 +24,7 @@ from typing import Any
 from zcp.backends.tokenized import TokenizedBackend
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
-from zcp.core.rundir import BASELINES, DETECT, SIMULATION_SUMMARY
+from zcp.core.rundir import DETECT, SIMULATION_SUMMARY
 from zcp.probe.conventions import is_single_default
 from zcp.probe.detect import ORIGINAL, DetectDataset, DetectSettings
 from zcp.probe.did import did_between, did_markdown
@@ -283,7 +283,6 @@ def run_detection_stage(cfg: Any, result: Any) -> dict[str, Any]:
     return sim
 
 
-SIM_STAGES = ("contaminate", "detect", "baselines")
 
 
 SHARED_WAIT_S = math.inf  # how long a simulation waits for another one's shared base-model detection
@@ -311,45 +310,10 @@ def validate_detect(c: Any) -> Any:
     return sim_config(c).detect
 
 
-def baselines_config(cfg: Any, run_dir: str | Path) -> Any:
-    """conf/baselines.yaml composed for a contamination run: ``run_dir=<run>``, ``output_dir=<run>/baselines``,
-    the run's logger, then the run's ``baselines_overrides`` (Hydra override strings, e.g.
-    ``detectors=[ppl,mink20]``). Composed with Hydra itself, so the stage gets exactly the typed config and
-    the compose-time errors of ``evaluate/run_baselines.py``."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    from zcp import REPO_ROOT
-    from zcp.simulate.settings import sim_config
-    from zcp.validate.baselines import register_schema
-
-    register_schema()
-    overrides = [f"run_dir={run_dir}", f"output_dir={Path(run_dir) / BASELINES}",
-                 *sim_config(cfg).baselines_overrides]
-    gh = GlobalHydra.instance()
-    if gh.is_initialized():  # inside a Hydra app (train/run_contaminate.py): its search path is this repo's conf/
-        bcfg = compose("baselines", overrides=overrides)
-    else:
-        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-            bcfg = compose("baselines", overrides=overrides)
-    OmegaConf.set_struct(bcfg, False)
-    bcfg.logger = cfg.get("logger")  # the run's own logger settings (mode, project), not the file's default
-    OmegaConf.set_struct(bcfg, True)
-    return bcfg
-
-
-def run_baselines_stage(cfg: Any, result: Any) -> dict[str, Any]:
-    """The baseline detectors (evaluate/run_baselines.py run_dir=<run>) on the run's C and U: summary.json and
-    baselines.md in <run>/baselines/, resumable like the other stages."""
-    from zcp.validate.baselines import run_baselines
-
-    return run_baselines(baselines_config(cfg, result.run_dir))
-
-
 def run_simulation(cfg: Any) -> dict[str, Any]:
-    """Run the configured `stages` in order: `contaminate`, then `detect` (ZCP) and `baselines` (the
-    literature's detectors, conf/baselines.yaml with `baselines_overrides`) on its result.
+    """Run the configured `stages` in order: `contaminate`, then `detect` (ZCP) and the registered ones
+    (zcp.simulate.simulation_stages: `baselines`, the literature's detectors, conf/baselines.yaml with
+    `baselines_overrides`, registered by zcp.validate.baselines_stage) on its result.
 
     Everything a later stage needs is checked before the first one trains (one line, before any model loads):
     the contamination's inputs (`check_inputs`: files, the base model's weights, the learning-rate schedules),
@@ -361,16 +325,20 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
     from zcp.errors import ConfigError
     from zcp.simulate.contaminate import _config_fingerprint, _run_dir, check_inputs, contaminate
     from zcp.simulate.settings import sim_config
+    from zcp.simulate.simulation_stages import SIMULATION_STAGES, simulation_stage_names
     from zcp.simulate.stages import is_main_process
 
     validate(cfg)  # ranges and choices of the typed groups, before anything is read or trained
     s = sim_config(cfg)  # the contamination reads its groups through their schemas
     stages = s.stages
-    unknown = set(stages) - set(SIM_STAGES)
+    unknown = set(stages) - set(simulation_stage_names())
     if unknown:
-        raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {list(SIM_STAGES)})")
-    if "baselines" in stages and "detect" not in stages:  # its zcp_* detectors and the report read the detection
-        raise ConfigError("stages: baselines needs detect (the zcp_* detectors read its records)")
+        raise ConfigError(f"stages: unknown {sorted(unknown)} (choose from {simulation_stage_names()})")
+    later = [SIMULATION_STAGES[name] for name in SIMULATION_STAGES if name in stages]  # e.g. baselines
+    for stage in later:  # the baselines' zcp_* detectors and the report read the detection
+        for need, why in stage.needs.items():
+            if need not in stages:
+                raise ConfigError(f"stages: {stage.name} needs {need} ({why})")
     c = _plain(cfg)
     check_inputs(s)
     if "detect" in stages:
@@ -378,16 +346,15 @@ def run_simulation(cfg: Any) -> dict[str, Any]:
         if validate_detect(c).base_model:
             check_writable(_run_dir(s, _config_fingerprint(s)).resolve().parent,
                            key="the shared base-model detection's dir")
-    if "baselines" in stages:
-        from zcp.validate.baselines import check_config
-
-        check_config(baselines_config(cfg, "outputs/contaminate/_check"))  # its config errors now, before training
+    for stage in later:
+        if stage.check is not None:
+            stage.check(cfg)  # its config errors now, before training
     result = contaminate(s)
     out: dict[str, Any] = {"contamination": result}
     if not is_main_process():  # under accelerate launch only training is data-parallel: rank 0 alone detects
         return out
     if "detect" in stages:
         out["detection"] = run_detection_stage(cfg, result)
-    if "baselines" in stages:
-        out["baselines"] = run_baselines_stage(cfg, result)
+    for stage in later:
+        out[stage.name] = stage.run(cfg, result)
     return out
