@@ -14,9 +14,13 @@ from zcp.core.rundir import (
     MANIFEST,
     MODEL,
     RUN_CONFIG,
+    RUN_DIR_SCHEMA,
+    RUN_FINGERPRINT,
     ContaminationRun,
+    claim_run_dir,
     detection_unfinished,
     detection_unit,
+    fingerprint_of,
 )
 from zcp.errors import ConfigError, RunDirError
 
@@ -150,3 +154,44 @@ def test_the_writers_and_readers_name_the_files_by_the_shared_constants():
         text = p.read_text(encoding="utf-8")
         offenders += [f"{p.relative_to(repo)}: / {q}{n}{q}" for n in names for q in "\"'" if f"/ {q}{n}{q}" in text]
     assert not offenders, offenders
+
+
+def test_a_claim_resumes_its_own_run_and_refuses_any_other_in_one_line(tmp_path):
+    """The one run-dir rule: a new directory is stamped (schema, job, fingerprint, made_of); the same job and
+    fingerprint resumes; another fingerprint, another job, another (or no) schema and unstamped products are each
+    refused in one line naming both fingerprints and what to do, leaving the stamp as it was."""
+    d = tmp_path / "run"
+    made_of = {"config": {"seed": 0, "m": 2}, "weights": {"model": "abc"}}
+    fp = fingerprint_of(made_of)
+    assert claim_run_dir(d, "detect", made_of) is False
+    stamp = json.loads((d / RUN_FINGERPRINT).read_text())
+    assert stamp == {"schema": RUN_DIR_SCHEMA, "job": "detect", "fingerprint": fp, "made_of": made_of}
+    assert claim_run_dir(d, "detect", made_of) is True
+    other = {"config": {"seed": 1, "m": 2}, "weights": {"model": "abc"}}
+    refusals = [
+        (lambda: claim_run_dir(d, "detect", other),
+         rf"holds a detect run of another configuration \(fingerprint {fp}; this detect run: "
+         rf"{fingerprint_of(other)}; differing: config\.seed\); use another output_dir, or delete"),
+        (lambda: claim_run_dir(d, "baselines", made_of, key="run_dir"),
+         rf"run_dir={d} holds a detect run of another configuration \(fingerprint {fp}; this baselines run: {fp}; "
+         r"differing: job\)"),
+    ]
+    for call, says in refusals:
+        with pytest.raises(RunDirError, match=says) as e:
+            call()
+        assert "\n" not in str(e.value)
+    for schema in (None, RUN_DIR_SCHEMA + 1):
+        old = {k: v for k, v in stamp.items() if k != "schema"} | ({"schema": schema} if schema else {})
+        (d / RUN_FINGERPRINT).write_text(json.dumps(old))
+        with pytest.raises(RunDirError, match=rf"holds a detect run \(fingerprint {fp}\) of run-dir schema {schema}, "
+                                              rf"not {RUN_DIR_SCHEMA} \(this detect run: {fp}\): made by another "
+                                              "version of zcp; use another output_dir, or delete"):
+            claim_run_dir(d, "detect", made_of)
+        assert json.loads((d / RUN_FINGERPRINT).read_text()) == old
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "records.jsonl").write_text("{}\n")
+    with pytest.raises(RunDirError, match=rf"holds records\.jsonl but no {RUN_FINGERPRINT} \(a run of unknown "
+                                          rf"configuration; this detect run: fingerprint {fp}\)"):
+        claim_run_dir(bare, "detect", made_of, products=("records.jsonl",))
+    assert not (bare / RUN_FINGERPRINT).exists()

@@ -19,7 +19,7 @@ from fakes import FakeBackend
 
 from zcp.benchmarks.loaders import save_items
 from zcp.core.items import Item
-from zcp.core.rundir import RUN_FINGERPRINT
+from zcp.core.rundir import RUN_DIR_SCHEMA, RUN_FINGERPRINT
 from zcp.errors import RunDirError
 
 Q = "Ann has {a} pens and gets {b} more. How many pens?"
@@ -137,22 +137,30 @@ def test_the_same_multi_convention_configuration_resumes(world, tmp_path, monkey
     assert {p: p.read_text() for p in records} == records and again["verdicts"] == first["verdicts"]
 
 
-def test_a_directory_from_before_the_fingerprint_is_resumed_when_its_config_is_this_one(world, tmp_path, monkeypatch):
+def test_a_directory_made_before_the_run_dir_schema_is_refused_in_one_line_before_loading(world, tmp_path,
+                                                                                            monkeypatch):
+    """An old directory is never adopted nor translated: without the stamp (made before run directories were
+    stamped) or with a stamp of no or another schema, the run is refused naming the fingerprints and what to do,
+    before any model loads and without writing anything."""
     out = tmp_path / "run"
     _backend(monkeypatch)
     _detect(_cfg(world, out))
     stamp = json.loads((out / RUN_FINGERPRINT).read_text())
-    (out / RUN_FINGERPRINT).unlink()  # a run made before the file existed
-    fb = _backend(monkeypatch)
-    _detect(_cfg(world, out))
-    assert fb.calls == {"score": 0, "generate": 0}
-    assert json.loads((out / RUN_FINGERPRINT).read_text()) == stamp
-    (out / RUN_FINGERPRINT).unlink()
+    assert stamp["schema"] == RUN_DIR_SCHEMA
     built = _never_load(monkeypatch)
+    old = {k: v for k, v in stamp.items() if k != "schema"}  # a stamp from before the schema was versioned
+    (out / RUN_FINGERPRINT).write_text(json.dumps(old))
+    with pytest.raises(RunDirError, match=rf"holds a detect run \(fingerprint {stamp['fingerprint']}\) of run-dir "
+                                          rf"schema None, not {RUN_DIR_SCHEMA} \(this detect run: "
+                                          rf"{stamp['fingerprint']}\): made by another version of zcp; use another "
+                                          "output_dir, "
+                                          "or delete .* to rebuild it"):
+        _detect(_cfg(world, out))
+    (out / RUN_FINGERPRINT).unlink()  # a run made before the file existed, whatever its config.yaml says
     with pytest.raises(RunDirError, match=r"holds records\.jsonl but no run_fingerprint\.json \(a run of unknown "
                                           r"configuration; this detect run: fingerprint [0-9a-f]{16}\)"):
-        _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
-    assert not built
+        _detect(_cfg(world, out))
+    assert not built and not (out / RUN_FINGERPRINT).exists()
 
 
 @pytest.mark.parametrize("extra", [(), ("probe.prefill=[probe,hash]",), ("run.shard=0/2",)])

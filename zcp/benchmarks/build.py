@@ -246,8 +246,7 @@ def build_data(cfg: Any, *, backends: dict[str, Any] | None = None) -> dict[str,
     # (its reference set is the auditor's private, possibly costly asset) is refused, naming both fingerprints;
     # the lock keeps a second build of the same directory out while this one runs
     with RunLock(out):
-        same = claim_run_dir(out, "build_data", made_of, products=BUILD_PRODUCTS,
-                             adopt=lambda d: _same_config_file(d, cfg))
+        same = claim_run_dir(out, "build_data", made_of, products=BUILD_PRODUCTS)
         finished = _finished_build(out) if same else None
         if finished is not None:
             log.info("%s already holds this build (fingerprint unchanged, every file as build_report.json says): "
@@ -274,14 +273,6 @@ def build_made_of(cfg: Any, data_cfg: Any) -> dict[str, Any]:
     if data_sha is not None and isinstance(conf.get("data"), dict):  # the content, not where the checkout lies
         conf["data"] = {k: v for k, v in conf["data"].items() if k != "path"}
     return {"config": conf, "data_sha256": data_sha}
-
-
-def _same_config_file(out: Path, cfg: Any) -> bool:
-    """Whether `out`'s config.yaml (a build made before run directories had a fingerprint) is this config's."""
-    from omegaconf import OmegaConf
-
-    saved = out / "config.yaml"
-    return saved.is_file() and saved.read_text() == OmegaConf.to_yaml(cfg, resolve=True)
 
 
 def _finished_build(out: Path) -> dict[str, Any] | None:

@@ -28,7 +28,10 @@ from zcp.core.records import RecordStore
 from zcp.errors import ConfigError, DataError, RunDirError
 
 # ------------------------------------------------------------------------------------------ any job's run dir
-RUN_FINGERPRINT = "run_fingerprint.json"  # what a run directory was made from: {"job", "fingerprint", "made_of"}
+RUN_FINGERPRINT = "run_fingerprint.json"  # what a run directory was made from: {"schema", "job", "fingerprint", "made_of"}
+# The run-directory schema: how `made_of` and the fingerprint are formed. A stamp of another schema (or of none: a
+# directory made before the schema was versioned) is refused in one line; nothing is translated from an older one.
+RUN_DIR_SCHEMA = 1
 
 
 def check_run_dir_usable(path: str | os.PathLike[str], key: str = "output_dir") -> None:
@@ -81,49 +84,52 @@ def differing_keys(old: dict[str, Any], new: dict[str, Any], limit: int = 6) -> 
 
 
 def claim_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, Any], *,
-                  products: tuple[str, ...] = (), key: str = "output_dir",
-                  adopt: Any = None) -> bool:
+                  products: tuple[str, ...] = (), key: str = "output_dir") -> bool:
     """Make sure the run directory `path` is this run's before anything is written there; True when it already
     holds this configuration's run (resume, or a no-op when finished), False when it was new.
 
-    The one rule for a job's directory: RUN_FINGERPRINT records the job and the fingerprint of what the run is made
-    from (`made_of`: the resolved config without output_dir and logger, the content hashes of its inputs, ...).
-    A directory holding another fingerprint (or another job's) is refused (RunDirError, one line naming both
-    fingerprints and the keys that differ: a resume would mix two runs, a rebuild would replace the other run's
-    products). A directory without the file but holding one of `products` (the job's files) is a run of unknown
-    origin, refused as well, unless `adopt(path)` says it is this configuration's (e.g. its config.yaml equals
-    this run's: a run made before the fingerprint existed). Call it holding the directory's `RunLock`, so that two
-    runs cannot both find it new.
+    The one rule for a job's directory: RUN_FINGERPRINT records the run-dir schema (`RUN_DIR_SCHEMA`), the job and
+    the fingerprint of what the run is made from (`made_of`: the validated config without where it is written and
+    what is logged, the content fingerprints of its weights and inputs, ...). The same schema, job and fingerprint:
+    resume. Anything else is refused in one line naming both fingerprints (and the keys that differ, or the schema
+    the directory was made under): a resume would mix two runs, a rebuild would replace the other run's products. A
+    directory without the file but holding one of `products` (the job's files) is a run of unknown origin (made
+    before run directories were stamped), refused the same way. Call it holding the directory's `RunLock`, so that
+    two runs cannot both find it new.
     """
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise RunDirError(f"{key}={d} is a file, not a directory; use another {key}")
     fp = fingerprint_of(made_of)
     stamp = d / RUN_FINGERPRINT
+    fix = f"use another {key}, or delete {d} to rebuild it"
     if stamp.exists():
         old = read_json(stamp) or {}
+        if old.get("schema") != RUN_DIR_SCHEMA:
+            raise RunDirError(f"{key}={d} holds a {old.get('job')} run (fingerprint {old.get('fingerprint')}) of "
+                              f"run-dir schema {old.get('schema')}, not {RUN_DIR_SCHEMA} (this {job} run: {fp}): made by "
+                              f"another version of zcp; {fix}")
         if (old.get("job"), old.get("fingerprint")) == (job, fp):
             return True
         differ = differing_keys(old.get("made_of") or {}, made_of) if old.get("job") == job else ["job"]
         raise RunDirError(f"{key}={d} holds a {old.get('job')} run of another configuration (fingerprint "
-                          f"{old.get('fingerprint')}; this {job} run: {fp}; differing: {', '.join(differ)}); use "
-                          f"another {key}, or delete {d} to rebuild it")
+                          f"{old.get('fingerprint')}; this {job} run: {fp}; differing: {', '.join(differ)}); {fix}")
     found = [p for p in products if (d / p).exists()]
-    if found and not (adopt is not None and adopt(d)):
+    if found:
         raise RunDirError(f"{key}={d} holds {found[0]} but no {RUN_FINGERPRINT} (a run of unknown configuration; "
-                          f"this {job} run: fingerprint {fp}); use another {key}, or delete {d} to rebuild it")
-    write_json(stamp, {"job": job, "fingerprint": fp, "made_of": made_of})
-    return bool(found)
+                          f"this {job} run: fingerprint {fp}); {fix}")
+    write_json(stamp, {"schema": RUN_DIR_SCHEMA, "job": job, "fingerprint": fp, "made_of": made_of})
+    return False
 
 
 @contextlib.contextmanager
 def claimed_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, Any] | None, *,
-                    products: tuple[str, ...] = (), key: str = "output_dir", adopt: Any = None) -> Iterator[bool]:
+                    products: tuple[str, ...] = (), key: str = "output_dir") -> Iterator[bool]:
     """Hold the run directory `path` for a job from before its model loads to its end, claimed for this run.
 
     Takes the directory's job lock (`RunLock(job=True)`: a second run on it is refused at once, naming the holder,
     and the library functions the job calls lock it again through this one), then, unless `made_of` is None (a lock
-    alone), applies `claim_run_dir` (`products`, `key`, `adopt` as there); yields what that returns (True: it
+    alone), applies `claim_run_dir` (`products`, `key` as there); yields what that returns (True: it
     already holds this configuration's run). Why before the model loads: a refused run must not cost a model load,
     and a second run must not slip in while the first loads. A directory this made (it was not there) that the run
     leaves on an error before writing anything but the lock and the fingerprint is removed again, so a refusal
@@ -135,8 +141,7 @@ def claimed_run_dir(path: str | os.PathLike[str], job: str, made_of: dict[str, A
     made = [p for p in (d, *d.parents) if not p.exists()]  # what taking the lock creates, deepest first
     with RunLock(d, job=True):
         try:
-            yield claim_run_dir(d, job, made_of, products=products, key=key, adopt=adopt) if made_of is not None \
-                else False
+            yield claim_run_dir(d, job, made_of, products=products, key=key) if made_of is not None else False
         except BaseException:
             with contextlib.suppress(OSError):
                 if made and {p.name for p in d.iterdir()} <= {".lock", RUN_FINGERPRINT}:

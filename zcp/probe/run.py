@@ -37,9 +37,8 @@ from zcp.probe.prompts import ProbeConfig
 from zcp.probe.shard import merge_shards, probe_shard, shard_dir, source_made_of, without_shard
 
 # a detection run's results in its directory: one of them there (or a multi-convention run's conv-<name>/) without a
-# run_fingerprint.json is a run of unknown configuration (zcp.core.rundir.claim_run_dir), resumed only when its
-# config.yaml is this run's. Not config.yaml alone, nor shards/: the shards of one run write them unlocked, each
-# checked by its own rule (zcp.probe.shard: shard.json's source)
+# run_fingerprint.json is a run of unknown configuration, refused (zcp.core.rundir.claim_run_dir). Not config.yaml
+# alone, nor shards/: the shards of one run write them unlocked, each checked by its shard.json (zcp.probe.shard)
 PRODUCTS = (RECORDS, SUMMARY, TABLE, META)
 
 
@@ -184,8 +183,7 @@ def run_detect(cfg: Any) -> dict[str, Any]:
 
     def claimed() -> Any:  # the run dir, locked and claimed for this configuration (zcp.core.rundir: the one rule)
         convs = tuple(p.name for p in out.glob(f"{CONV_PREFIX}*")) if out.is_dir() else ()
-        return claimed_run_dir(out, "detect", made_of, products=PRODUCTS + convs,
-                               adopt=lambda d: _config_file_made_of(d, weights) == made_of)
+        return claimed_run_dir(out, "detect", made_of, products=PRODUCTS + convs)
 
     if sharded and job.run.shard_spec is None:  # run.shard=merge: the statistics and reports, once
         with claimed(), Tracker(job.logger, run_config=to_dict(saved), run_dir=str(out), job_type="detect") as tracker:
@@ -232,16 +230,3 @@ def run_dir_config(cfg: Any) -> Any:
     from zcp.probe.did import without_null_base
 
     return without_default_prefill(without_shard(without_null_base(cfg)))
-
-
-def _config_file_made_of(out: Path, weights: dict[str, Any]) -> dict[str, Any] | None:
-    """What the run whose config.yaml is in `out` is made from (`source_made_of`, with this run's `weights`: the file
-    does not hold them), or None without a readable config.yaml: how a directory made before run directories had a
-    fingerprint is recognised as this configuration's."""
-    from omegaconf import OmegaConf
-
-    path = out / "config.yaml"
-    try:
-        return source_made_of(run_dir_config(OmegaConf.load(path)), weights) if path.is_file() else None
-    except Exception:
-        return None
