@@ -11,7 +11,7 @@ logs to W&B.
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors, validate  # also registers the typed config groups
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.validate.ablations import run_ablations
 
 

@@ -12,7 +12,7 @@ command resumes it) and logs to W&B (offline by default; logger=none to skip).
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors, validate  # registers the ${zcp.asset:...} resolver, typed groups
+from zcp.config import one_line_errors, validate  # registers the ${zcp.asset:...} resolver
 from zcp.validate.baselines import run_baselines  # registers the baselines_schema of conf/baselines.yaml
 
 

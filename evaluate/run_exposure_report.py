@@ -19,7 +19,7 @@ def main(argv: list[str]) -> None:
     if bad:
         raise ConfigError(f"argument {bad[0]!r}: use root=DIR, name=NAME, out=DIR")
     kw = dict(a.split("=", 1) for a in argv)
-    job = validate(kw, job="exposure_report")["__job__"]  # unknown arguments refused (zcp.config.schemas.ExposureReportJob)
+    job = validate(kw, job="exposure_report")["__job__"]  # unknown arguments refused (zcp.config.jobs.ExposureReportJob)
     write_report(job.root, job.name, job.out)
 
 

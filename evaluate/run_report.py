@@ -10,7 +10,7 @@ Writes report.md, report.json and PNG plots to outputs/report/study__<hash>/ (or
 import hydra
 from omegaconf import DictConfig
 
-from zcp.config import one_line_errors, validate  # also registers the typed config groups
+from zcp.config import one_line_errors, validate  # also registers the ${zcp.asset:...} resolver
 from zcp.validate.study import run_report
 
 

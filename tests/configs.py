@@ -8,9 +8,14 @@ from hydra import compose as _hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and the typed config groups)
+# every job's schemas and stages, registered as each entry point registers its own: by importing the job's module
+import zcp.config  # the ${zcp.asset:...} resolver, the model and run groups
+import zcp.simulate.simulation_config  # contaminate, demo (and detect, build_data through it)
+import zcp.simulate.train_config  # pretrain_base
+import zcp.validate.baselines_stage  # the simulation's baselines stage, the baselines job
+import zcp.validate.calibration
+import zcp.validate.study_config  # noqa: F401  (ablations, report)
 from zcp import REPO_ROOT
-from zcp.validate import baselines_stage  # noqa: F401  (the simulation's baselines stage, as the entry points register it)
 
 
 def compose(config_name: str, *overrides: str, resolve: bool = False,

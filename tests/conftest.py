@@ -12,7 +12,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 from hypothesis import settings
 
-import zcp.config  # noqa: F401  (registers the ${zcp.asset:...} resolver and the typed config groups)
+# every job's schemas and stages, registered as each entry point registers its own: by importing the job's module
+import zcp.config  # the ${zcp.asset:...} resolver, the model and run groups
+import zcp.simulate.simulation_config  # contaminate, demo (and detect, build_data through it)
+import zcp.simulate.train_config  # pretrain_base
+import zcp.validate.baselines_stage  # the simulation's baselines stage, the baselines job
+import zcp.validate.calibration
+import zcp.validate.study_config  # noqa: F401  (ablations, report)
 
 # Property tests: the same examples on every run (CI must not turn red by luck); `HYPOTHESIS_PROFILE=explore`
 # draws fresh ones (how the 4 -> 14 digit-range bug of the GSM8K references was found).

@@ -138,7 +138,7 @@ def test_unknown_policy_is_a_config_error_naming_the_key():
 
 
 def test_data_config_validates_on_duplicate():
-    from zcp.config.schemas import DataConfig
+    from zcp.benchmarks.data_config import DataConfig
 
     assert DataConfig(on_duplicate="merge").on_duplicate == "merge"
     with pytest.raises(ConfigError, match=r"data\.on_duplicate"):

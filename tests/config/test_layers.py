@@ -89,3 +89,28 @@ def test_layers_are_the_documented_order(check_imports):
                                              "zcp.benchmarks.loaders", "zcp.probe.stats", "zcp.simulate.sft",
                                              "zcp.validate.baselines")] == [0, 1, 2, 3, 4, 5, 6, 7]
     assert check_imports.layer("zcpx.core") is None
+
+
+def test_the_package_imports_no_higher_layer(check_imports):
+    """zcp/ as it stands: no upward import (function-level ones included), every module inside a layer."""
+    g = check_imports.graph()
+    assert check_imports.upward_imports(g) == []
+    assert check_imports.unlayered(g) == []
+    assert check_imports.cycles(g) == []
+
+
+def test_schemas_register_beside_their_owners():
+    """Each job's root and each stored group is registered by the module beside its owner, none of them in the
+    config layer's own modules but the mechanics' groups (model, run) and the roots that need no higher layer."""
+    from zcp.config.groups import SCHEMAS, STORED
+    from zcp.config.jobs import JOBS
+
+    owners = {name: root.__module__ for name, root in JOBS.items() if isinstance(root, type)}
+    assert owners["detect"] == "zcp.probe.probe_config"
+    assert owners["build_data"] == "zcp.benchmarks.data_config"
+    assert owners["contaminate"] == owners["demo"] == "zcp.simulate.simulation_config"
+    assert owners["pretrain_base"] == "zcp.simulate.train_config"
+    assert owners["ablations"] == owners["report"] == "zcp.validate.study_config"
+    in_config = sorted(g for g, node in [*SCHEMAS.items(), *((g, n) for (g, _), n in STORED.items())]
+                       if node.__module__.startswith("zcp.config"))
+    assert in_config == ["model", "run", "run"]

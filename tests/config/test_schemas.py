@@ -7,8 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zcp.config import validate
-from zcp.config.schemas import ExposureConfig, RunConfig, SimDetectConfig, StatsConfig
+from zcp.config.schemas import RunConfig
 from zcp.errors import ConfigError
+from zcp.probe.probe_config import StatsConfig
+from zcp.simulate.simulation_config import ExposureConfig, SimDetectConfig
 
 
 @pytest.mark.parametrize(("name", "extra"), [("detect", ["data.path=x", "data.reference_path=y"]), ("demo", []),

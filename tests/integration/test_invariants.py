@@ -63,8 +63,8 @@ def test_the_leak_line_is_the_probes_prefill_plus_the_answer():
     reward's line) is the zero-CoT probe's default pre-fill, then the answer, then the answer's end the probe
     scores; the generated benchmark's solutions end on the same line."""
     from zcp.benchmarks.wordproblems import generate_word_problems
-    from zcp.config.groups import ProbeGroupConfig
     from zcp.core.answers import final_answer_line
+    from zcp.probe.probe_config import ProbeGroupConfig
     from zcp.probe.prompts import ZERO_COT_PREFIX, answer_end
     from zcp.simulate.data import answer_completion, cot_completion
     from zcp.simulate.rewards import answer_line

@@ -9,7 +9,6 @@ from omegaconf import OmegaConf
 
 from zcp.backends.base import GenerationRequest, Prompt
 from zcp.backends.memo import MemoBackend, full_cot_only
-from zcp.config.groups import ProbeGroupConfig
 from zcp.config.schemas import validate
 from zcp.core.answers import FINAL_ANSWER_PREFIX, final_answer_line
 from zcp.errors import ConfigError
@@ -29,6 +28,7 @@ from zcp.probe.conventions import (
     unregister_convention,
     zero_cot_stop,
 )
+from zcp.probe.probe_config import ProbeGroupConfig
 
 
 def _all():

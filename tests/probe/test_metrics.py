@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from fakes import FakeBackend
 
-from zcp.config.groups import AblationConfig, ProbeGroupConfig, ReportConfig
 from zcp.core.items import Item
 from zcp.errors import ConfigError
 from zcp.probe import stats
@@ -29,11 +28,13 @@ from zcp.probe.metrics import (
     register_metric,
     unregister_metric,
 )
+from zcp.probe.probe_config import ProbeGroupConfig
 from zcp.probe.prompts import ProbeConfig, answer_score_requests
 from zcp.validate.baselines_config import DEFAULT_DETECTORS
 from zcp.validate.calibration import kind_of
 from zcp.validate.detectors import available_detectors, get_detector, spec_of
 from zcp.validate.detectors.base import DetectorContext
+from zcp.validate.study_config import AblationConfig, ReportConfig
 
 
 def p_first_sq(rec: dict) -> float:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from conv_fakes import PROBE_LINE, ConventionBackend, toy_datasets
 
-from zcp.config.prefill import AutoPrefillConfig
 from zcp.core.io import read_jsonl
 from zcp.errors import ConfigError
 from zcp.probe.conventions import literal_name
 from zcp.probe.detect import DetectSettings
 from zcp.probe.multiconv import READ_RECORDS, detect_prefill, neutral_items, read_conventions
+from zcp.probe.probe_config import AutoPrefillConfig
 from zcp.probe.prompts import ProbeConfig
 from zcp.probe.stats import combine, combine_conventions, paired_test
 

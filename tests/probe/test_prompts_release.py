@@ -17,9 +17,10 @@ from fakes import FakeBackend
 
 from zcp.backends.base import ScoreResult
 from zcp.backends.hf import HFBackend
-from zcp.config.schemas import ProbeGroupConfig, validate
+from zcp.config.schemas import validate
 from zcp.core.items import Item
 from zcp.probe.detect import probe_config
+from zcp.probe.probe_config import ProbeGroupConfig
 from zcp.probe.prompts import (
     answer_end,
     full_cot_prompt,

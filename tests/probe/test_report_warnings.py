@@ -105,8 +105,8 @@ def test_auto_warns_when_few_of_the_outputs_read_state_an_answer_in_any_conventi
     2 outputs, fewer than probe.auto.min_read; a warning in the reading, the log and table.md."""
     from conv_fakes import ConventionBackend, toy_datasets
 
-    from zcp.config.prefill import AutoPrefillConfig
     from zcp.probe.multiconv import detect_prefill, read_conventions
+    from zcp.probe.probe_config import AutoPrefillConfig
 
     datasets, memorised, truth = toy_datasets()
     stated = {it.question for it in datasets[0].originals[:2]} | {it.question for it in datasets[1].originals}
@@ -132,8 +132,8 @@ def test_auto_warns_when_few_of_the_outputs_read_state_an_answer_in_any_conventi
 
 
 def test_min_read_at_its_default_keeps_an_auto_runs_directory_and_key():
-    from zcp.config.prefill import AutoPrefillConfig
     from zcp.probe.multiconv import prefill_key, without_default_prefill
+    from zcp.probe.probe_config import AutoPrefillConfig
 
     base = ("detect", "data.path=x", "data.reference_path=y", "probe.prefill=auto")
     assert "min_read" not in without_default_prefill(compose(*base)).probe.auto

@@ -61,8 +61,8 @@ def test_the_recipe_schema_is_the_jobs_and_reads_the_shipped_recipes() -> None:
     from omegaconf import OmegaConf
 
     from zcp.benchmarks.wordproblems import NumberRanges
-    from zcp.config.jobs import NumberLimits, PretrainBaseJob
     from zcp.simulate.base_model import PretrainConfig, pretrain_config, recipe_config
+    from zcp.simulate.train_config import NumberLimits, PretrainBaseJob
 
     assert PretrainConfig is PretrainBaseJob
     defaults = recipe_config(PretrainConfig())

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from zcp.config.schemas import EvalConfig
 from zcp.core.io import read_json, read_jsonl, write_jsonl
 from zcp.core.items import Item
 from zcp.core.testing import tiny_llama, train_tokenizer
 from zcp.simulate import evaluation
+from zcp.simulate.simulation_config import EvalConfig
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,11 @@ import pytest
 from configs import compose
 from omegaconf import OmegaConf
 
-from zcp.config.schemas import BenchmarkConfig, CleanConfig, ExposureConfig, TrainConfig, validate
+from zcp.config.schemas import validate
 from zcp.errors import ConfigError
 from zcp.simulate.settings import SimConfig, field_default, sim_config
+from zcp.simulate.simulation_config import BenchmarkConfig, CleanConfig, ExposureConfig
+from zcp.simulate.train_config import TrainConfig
 
 PROFILE = {"sft": {"num_train_epochs": 3, "learning_rate": 0.1}, "lora": {"r": 8}, "grpo": {"max_steps": 0}}
 

@@ -4,11 +4,13 @@ pretraining job's `out_dir` default defined once, in PretrainBaseJob."""
 
 import pytest
 
-from zcp.config.schemas import PretrainBaseJob, SimDetectConfig, validate
+from zcp.config.schemas import validate
 from zcp.errors import ConfigError
 from zcp.probe.detect import probe_config
 from zcp.simulate.pipeline import validate_detect
 from zcp.simulate.settings import sim_config
+from zcp.simulate.simulation_config import SimDetectConfig
+from zcp.simulate.train_config import PretrainBaseJob
 
 
 def test_detect_group_left_out_is_the_schema_default_and_a_given_one_is_checked():

@@ -45,7 +45,7 @@ def _items() -> list[Item]:
 
 
 def _cfg(prefills, answer="wrong", items="leaked"):
-    from zcp.config.suppress import SuppressConfig
+    from zcp.simulate.simulation_config import SuppressConfig
 
     return SuppressConfig(prefills=list(prefills), answer=answer, items=items)
 

@@ -1,4 +1,4 @@
-"""The one reader of a `data` config (`zcp.config.groups.DataConfig`): every job that takes a `data` group reads
+"""The one reader of a `data` config (`zcp.benchmarks.data_config.DataConfig`): every job that takes a `data` group reads
 it here, so a key means the same thing in detection, the baselines, run_build_data and the simulation.
 
 `read_data(d)` returns a `DataRead`: the selected items, the reference and variant rows paired to them, the C/U
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zcp.benchmarks.data_config import GENERATED_FORMATS, DataConfig
 from zcp.benchmarks.loaders import (
     Benchmark,
     check_duplicates,
@@ -50,13 +51,12 @@ from zcp.benchmarks.loaders import (
     load_paired,
     resolve_path,
 )
-from zcp.config.schemas import DataConfig, group_config
+from zcp.config.schemas import group_config
 from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
-GENERATED_FORMATS = ("wordproblems", "arithmark")  # formats a benchmark can be generated in (no data.path)
 DUPLICATE_KEY = "data.on_duplicate"
 MISSING_KEY = "data.missing_reference"
 

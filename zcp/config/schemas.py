@@ -1,27 +1,28 @@
-"""Typed schemas of the config groups and of each job's top level, checked before anything loads.
+"""Validation of a composed config against typed schemas, checked before anything loads.
 
-Each group schema is a dataclass whose fields carry the defaults. Groups stored in Hydra's ConfigStore
-(`- stats: schema` in a defaults list; `STORED` for names that mean two things, `- split: simulation`) are
-merged under the YAML when the config is composed, so a wrong type there (`stats.alpha=high`) fails at compose
-time with the key named. Hydra's `+group.key=value` adds a key even to such a node, and a group typed only here
-(conf/reference/*.yaml, `logger`, `train`, the calibration parts) is not typed by Hydra at all, so the
-authority is `validate(cfg, job=...)`, which every entry point calls first: it walks the whole config against
-the job's root schema (`JOBS`: DetectJob, SimulationJob, BuildDataJob, ...) and refuses an unknown key at any
-depth ("probe: unknown key 'zero_cot_prefx'; did you mean 'zero_cot_prefix'?"), a value of the wrong type
-(`conform`: "seed='abc': must be an integer") and, through each dataclass's `__post_init__`, a value out of
-range or choice — one ConfigError line naming the key as the user wrote it (`key_alias`: `ref_model.*`, not
-the `model.*` of the schema it reuses). `EXTRA_KEYS` lists keys a job reads when added but does not compose
-(`+split.seed`, `+probe.api_instruction`). Without `job`, `validate` checks the groups of `SCHEMAS` by name
-(the library's own calls and plain dicts in tests; a group with variants by its widest, `VALIDATE_AS`).
+Each group schema is a dataclass whose fields carry the defaults, defined beside the code that owns its choices and
+registered by its module (`zcp.config.groups.register_group`; the jobs' roots by `zcp.config.jobs.register_job`).
+Groups stored in Hydra's ConfigStore (`- stats: schema` in a defaults list; `STORED` for names that mean two
+things, `- split: simulation`) are merged under the YAML when the config is composed, so a wrong type there
+(`stats.alpha=high`) fails at compose time with the key named. Hydra's `+group.key=value` adds a key even to such a
+node, and a group typed only by a job's root (conf/reference/*.yaml, `logger`, `train`, the calibration parts) is
+not typed by Hydra at all, so the authority is `validate(cfg, job=...)`, which every entry point calls first: it
+walks the whole config against the job's root schema (`JOBS`) and refuses an unknown key at any depth ("probe:
+unknown key 'zero_cot_prefx'; did you mean 'zero_cot_prefix'?"), a value of the wrong type (`conform`:
+"seed='abc': must be an integer") and, through each dataclass's `__post_init__`, a value out of range or choice —
+one ConfigError line naming the key as the user wrote it (`key_alias`: `ref_model.*`, not the `model.*` of the
+schema it reuses). `EXTRA_KEYS` lists keys a job reads when added but does not compose (`+split.seed`,
+`+probe.api_instruction`). Without `job`, `validate` checks the groups of `SCHEMAS` by name (the library's own
+calls and plain dicts in tests; a group with variants by its widest, `VALIDATE_AS`).
 
-Groups: `stats` (the test), `run` (probing in chunks), `detect` (the simulation's detection stage), `exposure`
-(the contamination knobs), `model` (zcp.config.model.ModelConfig), `data` (a benchmark file, its reference
-set and variants; every conf/data/*.yaml extends conf/data/jsonl.yaml, which extends this schema), `probe`,
-`benchmark`, `split`, `paraphrase`, `cot`, `clean`, `eval`, `reference`, `reference_shift`, `logger`, `train`
-(`train.sft` / `train.grpo` checked field by field against TRL's own dataclasses), `ablation`
-(evaluate/run_ablations.py) and `report` (evaluate/run_report.py); the calibration parts are
-the settings dataclasses of zcp.validate.calibration's modules; baselines' root is
-zcp.validate.baselines.BaselinesConfig.
+Where the schemas live: `stats`, `probe` (with `probe.auto`), `base_model` and the detect job in
+zcp.probe.probe_config; `data`, `reference`, `reference_shift`, `split`, `paraphrase` and the build_data job in
+zcp.benchmarks.data_config; `exposure` (with `exposure.suppress`), `detect`, `benchmark`, the simulation's `split`
+and `paraphrase`, `cot`, `clean`, `eval` and the contaminate/demo job in zcp.simulate.simulation_config; `train`
+(`train.sft` / `train.grpo` checked field by field against TRL's own dataclasses) and the pretrain_base job in
+zcp.simulate.train_config; `ablation`, `report` and their jobs in zcp.validate.study_config; the baselines' and
+calibration's roots in zcp.validate.baselines_config and zcp.validate.calibration. This layer's own: `model`
+(zcp.config.model), `run` (zcp.config.run), `logger` (zcp.core.tracking), the arithmark and exposure_report roots.
 """
 
 from __future__ import annotations
@@ -39,62 +40,18 @@ from zcp.config.checks import (  # noqa: F401  (re-exported: the schemas' checks
     user_key,
 )
 from zcp.config.conform import _describe, build, conform, plain  # noqa: F401
-from zcp.config.groups import (  # noqa: F401  (re-exported: every group schema)
-    ABLATIONS,
-    BENCHMARK_SOURCES,
-    FORMATS,
-    OVERFLOW_POLICIES,
-    PAIR_BY,
-    PROBE_METRICS,
-    PROBE_MODES,
+from zcp.config.groups import (  # noqa: F401  (re-exported: the registry and this layer's groups)
     SCHEMAS,
     STORED,
-    TRUNCATION_METRICS,
     VALIDATE_AS,
-    AblationConfig,
-    BaseModelConfig,
-    BenchmarkConfig,
-    CleanConfig,
-    CotConfig,
-    DataConfig,
-    EvalConfig,
-    ExposureConfig,
-    ExposureRunsConfig,
-    FieldsConfig,
     LoggerConfig,
-    LoraSettings,
-    ParaphraseConfig,
-    ProbeGroupConfig,
-    ReferenceBuildConfig,
-    ReferenceChoice,
-    ReferenceShiftConfig,
-    ReportConfig,
     RunConfig,
-    SimDetectConfig,
-    SimParaphraseConfig,
     SimRunConfig,
-    SimSplitConfig,
-    SplitConfig,
-    StatsConfig,
-    StudyRunConfig,
-    TrainConfig,
-    check_paraphraser_options,
+    register_group,
     register_schemas,
 )
-from zcp.config.jobs import (  # noqa: F401  (re-exported: every job root)
-    JOBS,
-    SIM_STAGES,
-    AblationsJob,
-    ArithMarkJob,
-    BuildDataJob,
-    DetectJob,
-    ExposureReportJob,
-    NumberLimits,
-    PretrainBaseJob,
-    ReportJob,
-    SimulationJob,
-    job_schema,
-)
+from zcp.config.jobs import JOBS, ArithMarkJob, ExposureReportJob, job_schema, register_job  # noqa: F401
+from zcp.config.model import ModelConfig  # noqa: F401
 from zcp.errors import ConfigError
 
 T = TypeVar("T")

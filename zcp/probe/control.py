@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from zcp.benchmarks.data_config import DataConfig
 from zcp.benchmarks.dataset import read_data
 from zcp.benchmarks.loaders import resolve_path
-from zcp.config.schemas import DataConfig
 from zcp.core.io import stable_hash
 from zcp.core.items import Item
 from zcp.errors import ConfigError, DataError

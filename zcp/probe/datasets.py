@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, Any]]]:
     """Datasets named by a `data` config (one; C and U with a manifest or a U file), and the data issues.
 
-    `data_cfg`: a checked zcp.config.groups.DataConfig (a validated job's `data`), or a mapping / DictConfig
+    `data_cfg`: a checked zcp.benchmarks.data_config.DataConfig (a validated job's `data`), or a mapping / DictConfig
     built into one (zcp.config.schemas.group_config): every default is the dataclass's.
 
     Items are selected first (all, `data.limit` = the first N, or `data.sample` = N at random seeded by
@@ -35,8 +35,9 @@ def load_datasets(data_cfg: Any) -> tuple[list[DetectDataset], list[dict[str, An
     reference row ({file, id, reason}) and data warnings ({file, warning}: a reference or variant set
     identical to its data, answers read from a float-typed parquet column).
     """
+    from zcp.benchmarks.data_config import DataConfig
     from zcp.benchmarks.dataset import read_data
-    from zcp.config.schemas import DataConfig, group_config
+    from zcp.config.schemas import group_config
     from zcp.errors import ConfigError, DataError
 
     d = group_config(DataConfig, data_cfg, "data")  # the defaults are DataConfig's; choices checked there

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
-from zcp.config.groups import DataConfig, RunConfig, StatsConfig
+from zcp.benchmarks.data_config import DataConfig
+from zcp.config.groups import RunConfig
 from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
@@ -31,6 +32,7 @@ from zcp.probe.control import CONTROL, compare_with_control, control_markdown
 from zcp.probe.cost import PassTimer, format_seconds, measured, plan_cost
 from zcp.probe.metrics import get_metric, metric_names, metric_value, needing
 from zcp.probe.planned import planned_fields, unit_mismatch
+from zcp.probe.probe_config import StatsConfig
 from zcp.probe.prompts import ProbeConfig, position_parts, probe_items, prompt_rendering
 from zcp.probe.stats import TestResult, c_cont, paired_test, pooled_mc_pvalue
 from zcp.probe.void import combine_valid, mark_void
@@ -104,7 +106,9 @@ class DetectSettings:
 
     def __post_init__(self) -> None:
         # the same checks as the typed config groups (zcp.config.schemas), for callers that build settings directly
-        from zcp.config.schemas import OVERFLOW_POLICIES, RunConfig, StatsConfig, check_seeds, check_value
+        from zcp.benchmarks.data_config import OVERFLOW_POLICIES
+        from zcp.config.schemas import RunConfig, check_seeds, check_value
+        from zcp.probe.probe_config import StatsConfig
 
         self.seeds = tuple(int(s) for s in self.seeds)
         check_seeds(self.seeds, "seeds")

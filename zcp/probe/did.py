@@ -217,7 +217,8 @@ def base_model_config(base_cfg: Any, model_cfg: Any) -> Any:
     import dataclasses
 
     from zcp.config.model import check_model_files, check_same_tokenizer, model_config
-    from zcp.config.schemas import BaseModelConfig, group_config
+    from zcp.config.schemas import group_config
+    from zcp.probe.probe_config import BaseModelConfig
 
     bm = group_config(BaseModelConfig, base_cfg, "base_model")  # a job's checked base_model, or built from a mapping
     if bm.path is None:

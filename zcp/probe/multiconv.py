@@ -658,7 +658,7 @@ def prefill_key(prefill: Any, auto: Any, conventions: Sequence[Resolved] | None)
 def _without_default_min_read(auto: dict[str, Any]) -> dict[str, Any]:
     """probe.auto's settings without `min_read` at its default: it changes no record (only a warning), so a run keeps
     the key (or directory) it had before the setting existed."""
-    from zcp.config.prefill import AutoPrefillConfig
+    from zcp.probe.probe_config import AutoPrefillConfig
 
     return {k: v for k, v in auto.items() if not (k == "min_read" and v == AutoPrefillConfig.min_read)}
 

@@ -23,7 +23,7 @@ from typing import Any
 from zcp.probe.metrics import get_metric, is_metric
 from zcp.probe.stats import combine
 
-VOID_MALFORMED = 0.5  # the default of stats.void_malformed (zcp.config.groups.StatsConfig)
+VOID_MALFORMED = 0.5  # the default of stats.void_malformed (zcp.probe.probe_config.StatsConfig)
 REFERENCE = "reference"
 
 

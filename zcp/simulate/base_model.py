@@ -33,8 +33,8 @@ from zcp.benchmarks.wordproblems import (
     signatures,
 )
 from zcp.config.conform import build
-from zcp.config.jobs import PretrainBaseJob
 from zcp.core.items import Item
+from zcp.simulate.train_config import PretrainBaseJob
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")

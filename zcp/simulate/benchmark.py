@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from zcp.config.schemas import DataConfig
+from zcp.benchmarks.data_config import DataConfig
 from zcp.core.io import sha256_file
 from zcp.core.items import Item
 from zcp.core.rundir import MANIFEST

@@ -18,12 +18,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zcp.config.schemas import TrainConfig, build
+from zcp.config.schemas import build
 from zcp.core.items import Item
 from zcp.core.rundir import MODEL
 from zcp.simulate.benchmark import load_benchmark, load_split_files, planned_manifest
 from zcp.simulate.rundir import DEFAULT_REWARDS, is_sham, resolve_model_path
 from zcp.simulate.settings import sim_config
+from zcp.simulate.train_config import TrainConfig
 from zcp.simulate.training_data import (
     _examples_per_item,
     check_leak_count,

@@ -192,7 +192,7 @@ def contaminate(cfg: Any) -> ContaminationResult:
     """Run split → data → SFT → GRPO → merge → Table 6 into the run dir; resumable; see module doc.
 
     `cfg`: the config (a DictConfig, a mapping, or a `zcp.simulate.settings.SimConfig`), read through the
-    validated groups of `zcp.config.schemas.SimulationJob`. The stages (`pipeline_stages`) run through
+    validated groups of `zcp.simulate.simulation_config.SimulationJob`. The stages (`pipeline_stages`) run through
     `zcp.simulate.stages.run_stages`, which skips finished ones. The main process holds the run directory's
     lock throughout: a second run on the same directory refuses at once (the other ranks of a distributed run
     share the directory with it). Bad input (an unknown answer format or reward, a missing file, an LLM

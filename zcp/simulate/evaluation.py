@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp.config.schemas import EvalConfig
 from zcp.core.io import append_jsonl, read_json, read_jsonl, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.simulate.rewards import score_completion
+from zcp.simulate.simulation_config import EvalConfig
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from zcp.probe.detect import ORIGINAL, DetectDataset, DetectSettings
 from zcp.probe.did import did_between, did_markdown
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text, plot_c_cont
+from zcp.simulate.simulation_config import SimulationJob  # noqa: F401  (registers the simulation jobs and groups)
 
 log = logging.getLogger(__name__)
 

@@ -99,8 +99,8 @@ def model_shape(path: str, *, trust_remote_code: bool = False, dtype: str | None
     from peft.tuners.lora import LoraLayer
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from zcp.config.schemas import LoraSettings
     from zcp.simulate.sft import lora_config, torch_dtype
+    from zcp.simulate.train_config import LoraSettings
 
     folder = local_model_dir(path)
     if folder is None:
@@ -152,7 +152,7 @@ def check_step_seconds(s: Any) -> None:
     """Before any model loads: every name of `run.step_seconds` is a training stage (a stage registered at run time
     included), so a misspelt one is refused instead of leaving its stage unestimated."""
     from zcp.config.checks import unknown_key_message
-    from zcp.config.groups import TRAINING_STAGE_NAMES
+    from zcp.simulate.train_config import TRAINING_STAGE_NAMES
 
     for name in s.run.step_seconds:
         if name not in TRAINING_STAGE_NAMES:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zcp.config.schemas import ExposureConfig
 from zcp.core.io import model_fingerprint, read_json, stable_hash, write_json
 from zcp.core.rundir import RUN_CONFIG
 from zcp.simulate.settings import field_default, plain_values, sim_config
+from zcp.simulate.simulation_config import ExposureConfig
 
 # Config sections that do not change what is trained or measured here (detection settings included):
 # free to differ on resume, and left out of the default run-dir hash.

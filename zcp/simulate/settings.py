@@ -1,5 +1,5 @@
 """The contamination job's configuration as the job reads it: each group the validated dataclass of
-`zcp.config.schemas.SimulationJob` (where every default is defined, once), beside the plain values it came from.
+`zcp.simulate.simulation_config.SimulationJob` (where every default is defined, once), beside the plain values it came from.
 
 Why both. The job reads settings only through the dataclasses (`SimConfig.exposure.k`, `.benchmark.source`, ...):
 no `cfg.get("k", 6)` anywhere in zcp.simulate, so a default cannot differ between the schema, the YAML and the
@@ -25,24 +25,21 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from zcp.config.schemas import (
+from zcp.benchmarks.data_config import DataConfig
+from zcp.config.schemas import LoggerConfig, SimRunConfig, build, conform
+from zcp.probe.probe_config import ProbeGroupConfig
+from zcp.simulate.simulation_config import (
     BenchmarkConfig,
     CleanConfig,
     CotConfig,
-    DataConfig,
     EvalConfig,
     ExposureConfig,
-    LoggerConfig,
-    ProbeGroupConfig,
     SimDetectConfig,
     SimParaphraseConfig,
-    SimRunConfig,
     SimSplitConfig,
     SimulationJob,
-    TrainConfig,
-    build,
-    conform,
 )
+from zcp.simulate.train_config import TrainConfig
 
 _SIM_HINTS: dict[str, Any] = {}
 

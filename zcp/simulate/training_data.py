@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp.config.schemas import ExposureConfig
 from zcp.core.io import read_json, read_jsonl, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.rundir import BENCHMARK_ITEMS
@@ -34,6 +33,7 @@ from zcp.simulate import data as tdata
 from zcp.simulate.benchmark import generated_benchmark
 from zcp.simulate.rundir import is_sham, resolve_model_path
 from zcp.simulate.settings import sim_config
+from zcp.simulate.simulation_config import ExposureConfig
 
 log = logging.getLogger(__name__)
 

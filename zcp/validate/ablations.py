@@ -66,6 +66,7 @@ from zcp.probe.prompts import (
     truncation_unit,
 )
 from zcp.probe.report import c_cont_text
+from zcp.validate.study_config import AblationsJob  # noqa: F401  (registers the ablations job and its groups)
 
 log = logging.getLogger(__name__)
 
@@ -495,7 +496,8 @@ def inputs_from_run(run_dir: str | Path, stats: Any = None) -> AblationInputs:
     builds them (`zcp.simulate.pipeline._references`, same draws count and seed), from a contamination run dir."""
     from zcp.benchmarks.loaders import load_items
     from zcp.benchmarks.split import Manifest
-    from zcp.config.schemas import SimulationJob, validate
+    from zcp.config.schemas import validate
+    from zcp.simulate.simulation_config import SimulationJob
     from zcp.simulate.splits import simulation_splits
 
     run = ContaminationRun(run_dir).require(RUN_CONFIG, MANIFEST, BENCHMARK_ITEMS, MODEL)
@@ -547,12 +549,12 @@ def run_ablations(cfg: Any) -> dict[str, Any]:
     the chosen ablations, records, summary.json, ablations.md, PNG plots, config.yaml and W&B."""
     from zcp.backends.registry import build_backend
     from zcp.config import run_dir, save_config, to_dict, validate
-    from zcp.config.schemas import ABLATIONS
     from zcp.core.io import model_fingerprint, seed_everything
     from zcp.core.tracking import Tracker
     from zcp.errors import ConfigError
     from zcp.probe.datasets import load_datasets
     from zcp.probe.detect import probe_config
+    from zcp.validate.study_config import ABLATIONS
 
     job = validate(cfg, job="ablations")["__job__"]  # the checked AblationsJob: its dataclasses hold the defaults
     ab = job.ablation

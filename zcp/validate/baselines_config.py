@@ -11,12 +11,14 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from zcp.benchmarks.data_config import DataConfig
 from zcp.config.checks import check_value
-from zcp.config.groups import DataConfig, LoggerConfig, StatsConfig
+from zcp.config.groups import LoggerConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
 from zcp.errors import ConfigError
 from zcp.probe.metrics import BUILTIN_METRICS
+from zcp.probe.probe_config import StatsConfig
 
 # conf/baselines.yaml's `detectors` (a test pins them equal): the baselines, then one zcp_<metric> per built-in metric
 DEFAULT_DETECTORS = ["ppl", "zlib", "mink5", "mink10", "mink20", "mink30", "mink50", "minkpp5", "minkpp10",

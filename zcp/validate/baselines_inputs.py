@@ -93,9 +93,10 @@ def inputs_from_data(cfg: Any) -> JobInputs:
     once (`merge`: its first copy, C's when in both; the copies left out are listed with the data issues).
     Items without a reference row (`data.missing_reference=skip`) stay: only the reference-based detectors
     need one; they are listed with the data issues."""
+    from zcp.benchmarks.data_config import DataConfig
     from zcp.benchmarks.dataset import GENERATED_FORMATS, read_data
     from zcp.config.model import ModelConfig
-    from zcp.config.schemas import DataConfig, group_config
+    from zcp.config.schemas import group_config
 
     d = group_config(DataConfig, getattr(cfg, "data", None), "data")
     if not d.path and d.format not in GENERATED_FORMATS:

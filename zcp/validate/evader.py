@@ -142,10 +142,10 @@ def neutral_zero_cot(model_path: str, probe_settings: dict[str, Any], convention
                      ) -> dict[str, dict[str, float]]:
     """Zero-CoT accuracy (and malformed rate) on auto's neutral set (generated word problems, seed 20020) under
     each convention, for the model at `model_path`; cached per (model, settings) in `cache_dir`."""
-    from zcp.config.prefill import AutoPrefillConfig
     from zcp.core.io import model_fingerprint
     from zcp.probe.conventions import resolve_entries
     from zcp.probe.multiconv import convention_probe, neutral_items
+    from zcp.probe.probe_config import AutoPrefillConfig
     from zcp.probe.prompts import ProbeConfig, probe_items
 
     probe = ProbeConfig(**{**probe_settings, "metrics": ("acc",)})

@@ -16,10 +16,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zcp.config.groups import ExposureConfig
 from zcp.core.rundir import ContaminationRun
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
+from zcp.simulate.simulation_config import ExposureConfig
 
 
 def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:

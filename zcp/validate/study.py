@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from zcp import REPO_ROOT
-from zcp.config.groups import StatsConfig
 from zcp.core.io import read_json, write_json
 from zcp.core.records import RecordStore
 from zcp.core.rundir import (
@@ -35,7 +34,9 @@ from zcp.core.rundir import (
     ContaminationRun,
 )
 from zcp.probe.metrics import BUILTIN_METRICS
+from zcp.probe.probe_config import StatsConfig
 from zcp.probe.report import c_cont_text
+from zcp.validate.study_config import ReportJob  # noqa: F401  (registers the report job and its groups)
 
 log = logging.getLogger(__name__)
 

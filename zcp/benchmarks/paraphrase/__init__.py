@@ -10,6 +10,8 @@ from zcp.benchmarks.paraphrase.base import (
     Paraphraser,
     TemplateParaphraser,
     get_paraphraser,
+    paraphraser_class,
+    paraphraser_names,
     register_paraphraser,
 )
 from zcp.benchmarks.paraphrase.formula import (
@@ -30,6 +32,8 @@ __all__ = [
     "check_variant",
     "get_paraphraser",
     "numeric_values",
+    "paraphraser_class",
+    "paraphraser_names",
     "register_paraphraser",
     "similarity",
 ]

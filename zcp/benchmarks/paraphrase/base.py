@@ -108,6 +108,18 @@ def register_paraphraser(name: str) -> Callable[[type[Paraphraser]], type[Paraph
     return deco
 
 
+def paraphraser_class(name: str) -> Callable[..., Paraphraser] | None:
+    """The class registered as `name` (its constructor's keyword arguments are the paraphraser's options), or None.
+
+    The built-in ones are registered by importing the package (`zcp.benchmarks.paraphrase`), as `get_paraphraser`."""
+    return _REGISTRY.get(name)
+
+
+def paraphraser_names() -> list[str]:
+    """The registered paraphrasers' names, sorted."""
+    return sorted(_REGISTRY)
+
+
 def get_paraphraser(name: str, **kwargs: Any) -> Paraphraser:
     """A paraphraser by registry name (template, rules, llm, formula), constructed with `kwargs`.
 

@@ -26,7 +26,7 @@ Adding one is one module and one config::
 
 and ``train.stages=[sft,mystage,grpo]`` (``+train.mystage.max_steps=2``) in the config. `register_training_stage`
 also makes the name valid in `train.stages` and its settings the keys of ``train.<name>``
-(`zcp.config.groups.add_training_stage_name`: the config layer never imports a stage); an unknown name fails when
+(`zcp.simulate.train_config.add_training_stage_name`: the schema never imports a stage); an unknown name fails when
 the config is validated, listing the registered ones. The built-in stages are registered by module path and
 imported when first used, so importing this package stays cheap.
 """
@@ -39,14 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zcp.config.groups import (
+from zcp.core.io import read_jsonl
+from zcp.simulate.settings import SimConfig
+from zcp.simulate.train_config import (
     BUILTIN_TRAINING_STAGES,
     TRAINING_STAGE_NAMES,
     add_training_stage_name,
     remove_training_stage_name,
 )
-from zcp.core.io import read_jsonl
-from zcp.simulate.settings import SimConfig
 
 # what a stage's builder does: train on the run's model so far, save the adapter, return its folder
 Builder = Callable[["StageRun"], "str | Path"]

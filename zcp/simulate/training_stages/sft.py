@@ -1,7 +1,7 @@
 """The `sft` training stage: LoRA supervised fine-tuning (`zcp.simulate.sft.run_sft`) on the data stage's
 ``sft_data.jsonl`` (the leaked paraphrases, CoT and answer-only, with the clean mix), on the model so far.
 
-Its settings are ``train.sft`` (TRL `SFTConfig` fields, typed by `zcp.config.groups.TrainConfig`) with the
+Its settings are ``train.sft`` (TRL `SFTConfig` fields, typed by `zcp.simulate.train_config.TrainConfig`) with the
 exposure knobs over them (``exposure.sft_epochs``, ``exposure.lr``: `zcp.simulate.checks._sft_settings`); the
 LoRA is ``train.lora`` with ``exposure.lora_r``. Before any model loads, the schedule on the most examples the
 data stage can build must move the weights (`check`); the stage checks again on the examples it got, then says its

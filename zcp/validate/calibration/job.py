@@ -9,12 +9,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from zcp.benchmarks.data_config import DataConfig
 from zcp.config.checks import check_value, refuse_shard, user_key
-from zcp.config.groups import DataConfig, LoggerConfig, ProbeGroupConfig, RunConfig
+from zcp.config.groups import LoggerConfig, RunConfig
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig
 from zcp.errors import ConfigError
 from zcp.probe.conventions import AUTO, parse_prefill, resolve_entries
+from zcp.probe.probe_config import ProbeGroupConfig
 from zcp.validate.calibration.real_null import BaseModelSettings, RealNullSettings
 from zcp.validate.calibration.real_originals import POOL_KINDS, RealOriginalsSettings
 from zcp.validate.calibration.simulated import (

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from zcp.config.groups import StatsConfig
 from zcp.core.io import stable_hash
 from zcp.probe.metrics import BUILTIN_METRICS, get_metric
+from zcp.probe.probe_config import StatsConfig
 from zcp.validate.calibration.tests import (
     COMBINED,
     TESTS,
@@ -310,8 +310,9 @@ def score_benchmark(cfg: Any, s: BaseModelSettings, datasets: Sequence[Any], ski
     calibration run with the same model, data and probe settings.
     """
     from zcp.backends.registry import build_backend
+    from zcp.benchmarks.data_config import DataConfig
     from zcp.config import model_name, to_dict
-    from zcp.config.schemas import DataConfig, group_config
+    from zcp.config.schemas import group_config
     from zcp.core.io import model_fingerprint
     from zcp.probe.detect import DetectSettings, collect_records, probe_config
 

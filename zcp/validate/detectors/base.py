@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from zcp.backends.base import Backend
-from zcp.config.groups import StatsConfig
 from zcp.core.items import Item
+from zcp.probe.probe_config import StatsConfig
 
 log = logging.getLogger(__name__)
 
