@@ -33,6 +33,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from zcp.benchmarks.data_config import BuildDataJob  # noqa: F401  (registers the build_data job and its groups)
 from zcp.benchmarks.references.shift import numeric_answer
 from zcp.core.io import sha256_file
 from zcp.core.items import Item
@@ -60,8 +61,9 @@ def load_dataset_items(data_cfg: Any, seed: int) -> tuple[list[Item], list[dict[
 
 def reference_method(method: str, data_cfg: Any, items: list[Item]) -> str:
     """Resolve `reference.method` (``auto``: from the data format and the items) against the builder registry."""
+    from zcp.benchmarks.data_config import DataConfig
     from zcp.benchmarks.references.registry import resolve_method
-    from zcp.config.schemas import DataConfig, group_config
+    from zcp.config.schemas import group_config
 
     return resolve_method(method, items, group_config(DataConfig, data_cfg, "data").format)
 
@@ -71,9 +73,10 @@ def reference_context(items: list[Item], seed: int, ref_cfg: Any = None, *, benc
     """The reference builders' context from the `reference` config: exclusions (`reference.exclude`, default
     ``auto``, plus `extra_exclude`), the benchmark-exclusion and special-case policies, the builder's options;
     and the exclusions' report."""
+    from zcp.benchmarks.data_config import ReferenceBuildConfig
     from zcp.benchmarks.references.exclusions import exclusion_keys
     from zcp.benchmarks.references.registry import BuildContext
-    from zcp.config.schemas import ReferenceBuildConfig, group_config
+    from zcp.config.schemas import group_config
 
     rc = group_config(ReferenceBuildConfig, ref_cfg, "reference")  # the defaults are ReferenceBuildConfig's
     sources = [rc.exclude] if isinstance(rc.exclude, str) else list(rc.exclude)
@@ -198,8 +201,9 @@ def answer_shift(items: list[Item], refs: list[Item], max_digit_shift: float = 0
 
 def make_paraphraser(para_cfg: Any, backend: Any = None) -> Any:
     """The paraphraser of the `paraphrase` config (`name`, its options; `model` for the LLM one)."""
+    from zcp.benchmarks.data_config import ParaphraseConfig
     from zcp.benchmarks.paraphrase import get_paraphraser
-    from zcp.config.schemas import ParaphraseConfig, group_config
+    from zcp.config.schemas import group_config
 
     pc = group_config(ParaphraseConfig, para_cfg, "paraphrase")  # the defaults are ParaphraseConfig's
     name = pc.name
