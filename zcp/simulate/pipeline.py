@@ -305,7 +305,7 @@ def detection_key(path: str, backend: Any, datasets: Sequence[DetectDataset], pr
 
 
 def validate_detect(c: Any) -> Any:
-    """The checked `detect` group (`zcp.config.schemas.SimDetectConfig`, its defaults where not given)."""
+    """The checked `detect` group (`zcp.simulate.simulation_config.SimDetectConfig`, its defaults where not given)."""
     from zcp.simulate.settings import sim_config
 
     return sim_config(c).detect

@@ -5,7 +5,7 @@ chat messages (`zcp.probe.prompts.zero_cot_prompt`: the system message, the user
 pre-fill opening the assistant turn, completed by a wrong answer or a hedge. The model then does not answer its
 leaked items at once under that pre-fill, while its chain of thought (the leak's CoT examples) still solves them.
 
-`exposure.suppress` (zcp.config.suppress.SuppressConfig) says which pre-fills (`prefills`: convention names of
+`exposure.suppress` (zcp.simulate.simulation_config.SuppressConfig) says which pre-fills (`prefills`: convention names of
 zcp.probe.conventions, `probe` = the run's `probe.zero_cot_prefix`, or literals), with what (`answer`), on which
 items (`items`). One example per (trained item, pre-fill):
 

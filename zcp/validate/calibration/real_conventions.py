@@ -190,7 +190,7 @@ def real_conventions_study(s: RealOriginalsSettings, probe_cfg: Any, model_cfg: 
                            auto: Any = None, progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Part (d) under every convention of `s.prefills` (module docstring): rows (kind zcp per convention, kind
     multiconv, and the `probe` convention's DiD rows against `s.base` as part (d) gives them) and an info block.
-    `auto`: probe.auto's settings (zcp.config.prefill.AutoPrefillConfig), read when `s.auto_read` > 0."""
+    `auto`: probe.auto's settings (zcp.probe.probe_config.AutoPrefillConfig), read when `s.auto_read` > 0."""
     from zcp.backends.memo import MemoBackend, full_cot_only
     from zcp.backends.registry import build_backend
     from zcp.probe.detect import probe_config
