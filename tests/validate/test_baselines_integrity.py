@@ -8,7 +8,6 @@ call the model; the likelihood ones get a text-scoring fake), or to raise where 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -360,26 +359,21 @@ def test_a_model_that_fails_to_load_leaves_no_directory(tmp_path, monkeypatch):
     assert not out.exists()
 
 
-def test_a_directory_of_the_previous_format_resumes(tmp_path, fake_models):
-    """A dir whose run_meta.json has the fingerprint of before version 2 (reference model in it) is taken
-    over: nothing is scored again, its meta is upgraded, its ref rows (no inputs hash) count as made with it."""
-    from zcp.core.io import stable_hash
-    from zcp.validate.baselines import _unit_lines, inputs_from_data
-
+def test_a_directory_of_the_previous_format_is_refused_in_one_line(tmp_path, fake_models):
+    """A directory whose fingerprint lives in run_meta.json (no run_fingerprint.json: made by an earlier zcp) is
+    neither taken over nor translated: the run is refused in one line naming its fingerprint and what to do,
+    before any model loads, and nothing there changes."""
     c, u = _items(4, "c"), _items(4, "u", "cups")
     files = _files(tmp_path, c, u)
     out = tmp_path / "out"
     _run([*files, "detectors=[ppl,ref]", f"ref_model.path={MODEL}", f"output_dir={out}"])
-    rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
-    for r in rows:
-        r.pop("inputs_hash", None)
-    write_jsonl(out / "records.jsonl", rows)
-    inputs = inputs_from_data(_compose([*files]))
-    fp = model_fingerprint(MODEL)
-    old = stable_hash("\n".join([json.dumps([[fp, None], fp, 0], default=str), *_unit_lines(inputs)]), 32)
-    write_json(out / "run_meta.json", {"fingerprint": old})
-    s = _run([*files, "detectors=[ppl,ref]", f"ref_model.path={MODEL}", f"output_dir={out}"])
-    assert fake_models[-2].calls["score"] == 0 and fake_models[-1].calls["score"] == 0
-    assert s["detectors"]["ref"]["skipped"] is None
-    meta = json.loads((out / "run_meta.json").read_text())
-    assert meta["version"] == 2 and meta["legacy_ref"] == fp
+    (out / "run_fingerprint.json").unlink()
+    write_json(out / "run_meta.json", {"fingerprint": "0" * 32})
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    n_models = len(fake_models)
+    with pytest.raises(RunDirError, match=r"holds records\.jsonl but no run_fingerprint\.json \(a run of unknown "
+                                          r"configuration; this baselines run: fingerprint [0-9a-f]{16}\); use another "
+                                          r"output_dir, or delete .* to rebuild it") as e:
+        _run([*files, "detectors=[ppl,ref]", f"ref_model.path={MODEL}", f"output_dir={out}"])
+    assert "\n" not in str(e.value) and len(fake_models) == n_models
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"} == before

@@ -259,7 +259,7 @@ def test_resume_after_a_kill_keeps_finished_blocks_and_gives_the_same_summary(tm
 
     from zcp.errors import RunDirError
 
-    with pytest.raises(RunDirError, match="another run"):
+    with pytest.raises(RunDirError, match="holds a baselines run of another configuration"):
         baselines(TextFake(memorised), dets, inputs, out, DetectorContext(), "other-fingerprint")
     with pytest.raises(RunDirError, match="other parameters"):
         baselines(TextFake(memorised), [get_detector("ppl", text="question_answer")], inputs, out,
@@ -341,7 +341,7 @@ def test_job_from_data_files_with_references(tmp_path):
     assert e["auroc"] is not None and e["files"]["data"]["p_value"] is not None
     assert e["files"]["u"]["decision"] is None  # U has no reference set
     assert {p.name for p in out.iterdir()} >= {"records.jsonl", "summary.json", "baselines.md", "config.yaml",
-                                               "run_meta.json"}
+                                               "run_fingerprint.json"}
     rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * ((4 + 8) + 4)
     assert json.loads((out / "summary.json").read_text())["detectors"]["mink20"]["label"] == "Min-20% Prob"

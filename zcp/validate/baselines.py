@@ -26,13 +26,13 @@ Each detector runs per file: kind "score" detectors score the originals and thei
 call (the reference-set decision needs both), the others the originals only. records.jsonl gets one row
 per (detector, file, item) — reference items as rows with ``variant: reference`` — appended one
 (detector, file) block at a time; a block is finished when all its rows are there, so a killed run
-re-run skips finished blocks and redoes a cut one. The directory is fingerprinted (the audited model's
-content, items, references, seed) in run_meta.json; each row carries its detector's parameter hash and, for
-detectors with further inputs, their hash (`inputs_hash`: the reference model's content for `ref`, the
-detection records' content for zcp_*). Other weights, data or parameters refuse to resume there; another
-reference model refuses too; changed detection records make the zcp_* blocks be recomputed. A rerun with
-fewer (or other) detectors is the same run: it adds blocks and never deletes another detector's finished
-rows.
+re-run skips finished blocks and redoes a cut one. The directory is claimed by the one run-dir rule
+(zcp.core.rundir.claim_run_dir, run_fingerprint.json: the audited model's content, items, references, seed); each
+row carries its detector's parameter hash and, for detectors with further inputs, their hash (`inputs_hash`: the
+reference model's content for `ref`, the detection records' content for zcp_*). Other weights, data or parameters
+refuse to resume there; another reference model refuses too; changed detection records make the zcp_* blocks be
+recomputed. A rerun with fewer (or other) detectors is the same run: it adds blocks and never deletes another
+detector's finished rows.
 
 summary.json: per detector its label and needs (from the registry), AUROC and TPR@5%FPR of C (data) vs U
 (null without U), and per file the benchmark decision (statistic, decision, rule, p_value, threshold);
@@ -59,7 +59,7 @@ from zcp.core.io import RunLock, read_json, stable_hash, write_json
 from zcp.core.records import RecordStore
 from zcp.core.rundir import DETECTION_META as DET_META
 from zcp.core.rundir import DETECTION_SUMMARY as DET_SUMMARY
-from zcp.core.rundir import detection_unfinished
+from zcp.core.rundir import claim_run_dir, claimed_run_dir, detection_unfinished
 from zcp.errors import ConfigError, RunDirError
 from zcp.validate.baselines_config import (  # noqa: F401  (the job's schema, re-exported)
     DEFAULT_DETECTORS,
@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
 TABLE = "baselines.md"
-META = "run_meta.json"
+META = "run_meta.json"  # where directories of an earlier zcp kept their fingerprint: such a directory is refused
 MIN_AUROC_ITEMS = 10  # fewer scored items than this on either side: the AUROC is flagged
 MIN_TPR_NEGATIVES = 20  # fewer U items than this cannot resolve a 5% FPR: TPR@5%FPR is flagged
 
@@ -209,17 +209,12 @@ def _unit_lines(inputs: JobInputs) -> list[str]:
             for name, f in sorted(inputs.files.items()) for variant, oid, draw, it in f.units(True)]
 
 
-def _fingerprint(inputs: JobInputs, model_fp: Any, seed: int) -> str:
-    """The directory's run: the audited model's content, the items and references, the seed. Not the detector
-    selection nor the inputs only some detectors read (reference model, detection records): those are per block
-    (`inputs_hash`), so a rerun with other detectors is the same run."""
-    return stable_hash("\n".join([json.dumps(["v2", model_fp, seed], default=str), *_unit_lines(inputs)]), 32)
-
-
-def _legacy_fingerprint(inputs: JobInputs, model_fp: Any, ref_fp: Any, seed: int) -> str:
-    """run_meta.json's fingerprint before version 2 (the reference model in it when a selected detector
-    needed one): such a directory is recognised and its meta upgraded, never refused for its format."""
-    return stable_hash("\n".join([json.dumps([model_fp, ref_fp, seed], default=str), *_unit_lines(inputs)]), 32)
+def made_of(inputs: JobInputs, model_fp: Any, seed: int) -> dict[str, Any]:
+    """What the directory's run is made from (its claim, zcp.core.rundir.claim_run_dir): the audited model's
+    content, the seed, the items and references (a hash of every unit). Not the detector selection nor the inputs
+    only some detectors read (reference model, detection records): those are per block (`inputs_hash`), so a rerun
+    with other detectors is the same run."""
+    return {"model": model_fp, "seed": seed, "units": stable_hash("\n".join(_unit_lines(inputs)), 32)}
 
 
 def load_finished(store: RecordStore, expected: dict[tuple[str, str], int]
@@ -270,14 +265,6 @@ def _input_ids(inputs: JobInputs, ctx: DetectorContext, loaded: bool = True) -> 
     return ref, records
 
 
-def _row_inputs_hash(row: dict[str, Any], needs: frozenset[str], legacy_ref: str | None) -> str | None:
-    if "inputs_hash" in row:
-        return row["inputs_hash"]
-    # a row made before inputs were hashed: the reference model its dir's legacy fingerprint proved; the
-    # detection records it was made from are unknown (so zcp_* blocks are recomputed)
-    return inputs_hash(needs, legacy_ref, None)
-
-
 def _rows_hash(name: str, blocks: dict[tuple[str, str], list[dict[str, Any]]], files: Sequence[str]) -> str:
     rows = [r for f in files for r in blocks.get((name, f), [])]
     return stable_hash(json.dumps(rows, sort_keys=True, default=str), 16)
@@ -296,7 +283,6 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
     store = RecordStore(out / RECORDS)
     expected = {(d.name, f.name): len(f.units(d.kind == "score")) for d in detectors for f in inputs.files.values()}
     blocks = load_finished(store, expected)
-    legacy_ref = (read_json(out / META) if (out / META).exists() else {}).get("legacy_ref")
     by_name = {d.name: d for d in detectors}
     hashes = {d.name: params_hash(d) for d in detectors}
     ref_id, records_id = _input_ids(inputs, ctx_base)
@@ -312,7 +298,7 @@ def run_blocks(backend: Any, detectors: Sequence[Any], inputs: JobInputs, ctx_ba
                               "detector); use a new output_dir")
         if det.name in inputs.skip:
             unusable.add(key)
-        elif _row_inputs_hash(rows[0], det.needs, legacy_ref) != current[det.name]:
+        elif rows[0].get("inputs_hash") != current[det.name]:
             if "reference_model" in det.needs and ref_id is not None:
                 raise RunDirError(f"{out} holds {det.name} records made with another reference model than "
                                   f"{inputs.ref_path}; use a new output_dir")
@@ -494,25 +480,7 @@ def markdown(summary: dict[str, Any], title: str | None = None) -> str:
     return "\n".join(x for x in lines if x is not None) + "\n"
 
 
-def check_run_dir(out: Path, fingerprint: str, legacy: Sequence[tuple[str, str | None]] = ()) -> dict[str, Any]:
-    """The run_meta.json this run keeps in `out`; RunDirError when `out` holds another run. Writes nothing.
-
-    `legacy`: (fingerprint before version 2, the reference model it included) pairs that also identify this
-    run; a directory made by an older version matching one is taken over with its meta upgraded."""
-    meta_path = out / META
-    if meta_path.exists():
-        meta = read_json(meta_path)
-        if meta.get("fingerprint") == fingerprint:
-            return meta
-        if "version" not in meta:
-            for old, ref in legacy:
-                if meta.get("fingerprint") == old:
-                    return {"fingerprint": fingerprint, "version": 2, "legacy_ref": ref}
-        raise RunDirError(f"{out} holds records of another run (model, items, references or seed differ); use a "
-                          "new output_dir")
-    if (out / RECORDS).exists():
-        raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
-    return {"fingerprint": fingerprint, "version": 2}
+PRODUCTS = (RECORDS, SUMMARY, TABLE, META)  # a directory holding one of them without run_fingerprint.json is refused
 
 
 def baselines_locked(backend: Any, detectors: Sequence[Any], inputs: JobInputs, out: Path, ctx: DetectorContext,
@@ -541,26 +509,15 @@ def baselines_locked(backend: Any, detectors: Sequence[Any], inputs: JobInputs, 
 
 
 def baselines(backend: Any, detectors: Sequence[Any], inputs: JobInputs, out: Path, ctx: DetectorContext,
-              fingerprint: str, on_ready: Any = None, tracker: Any = None,
-              legacy: Sequence[tuple[str, str | None]] = ()) -> dict[str, Any]:
-    """Locked run: check the fingerprint, score the blocks (resume), write summary.json and baselines.md."""
-    out.mkdir(parents=True, exist_ok=True)
+              run: dict[str, Any] | str, on_ready: Any = None, tracker: Any = None) -> dict[str, Any]:
+    """Locked run: claim `out` for `run` (what the run is made from, `made_of`; a string: its fingerprint as the
+    caller has it) by the one run-dir rule (zcp.core.rundir.claim_run_dir: another run's directory is refused in one
+    line), score the blocks (resume), write summary.json and baselines.md."""
     with RunLock(out):
-        write_json(out / META, check_run_dir(out, fingerprint, legacy))
+        claim_run_dir(out, "baselines", run if isinstance(run, dict) else {"fingerprint": run}, products=PRODUCTS)
         if on_ready is not None:
             on_ready()
         return baselines_locked(backend, detectors, inputs, out, ctx, tracker)
-
-
-def _remove_if_unused(out: Path) -> None:
-    """Remove a run directory this run created when it holds nothing but its lock (a run that failed before
-    writing anything leaves nothing behind)."""
-    try:
-        if out.is_dir() and {p.name for p in out.iterdir()} <= {".lock"}:
-            (out / ".lock").unlink(missing_ok=True)
-            out.rmdir()
-    except OSError:
-        pass
 
 
 def run_baselines(cfg: Any) -> dict[str, Any]:
@@ -602,49 +559,35 @@ def run_baselines(cfg: Any) -> dict[str, Any]:
         run=Path(str(job.run_dir)) if job.run_dir else None)
     out = run_dir(cfg, "baselines", inputs.name, Path(inputs.model_path).name if job.run_dir
                   else model_name(job.model), extra=weights)
-    model_fp = [weights["model"] or inputs.model_path, weights["adapter"]]
-    fp = _fingerprint(inputs, model_fp, job.seed)
-    legacy = [(_legacy_fingerprint(inputs, model_fp, None, job.seed), None)]
-    if inputs.ref_path:
-        ref_id = inputs.ref_fingerprint or inputs.ref_path
-        legacy.append((_legacy_fingerprint(inputs, model_fp, ref_id, job.seed), ref_id))
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        # the lock and the directory's run are checked before any model loads: a second concurrent run, or
-        # another run's directory, refuses at once
-        with RunLock(out):
-            meta = check_run_dir(out, fp, legacy)
-            mcfg = to_dict(cfg.model)
-            backend = build_backend({**mcfg, "path": inputs.model_path, "adapter": inputs.adapter},
-                                    progress=job.progress)
-            if job.run_dir:
-                backend.name = f"{inputs.name}/model"
-            ref_backend = None
-            if needs_ref and inputs.ref_path:
-                # the keys ref_model sets (not null, as the user wrote them) over the audited model's settings
-                overlay = to_dict(cfg.ref_model) if job.ref_model is not None else {}
-                rcfg = {**mcfg, **{k: v for k, v in overlay.items() if v is not None}, "path": inputs.ref_path,
-                        "adapter": None}
-                ref_backend = build_backend(rcfg)
-            data = job.data
-            ctx = DetectorContext(seed=job.seed, alpha=job.alpha, bootstrap_samples=job.bootstrap_samples,
-                                  ref_backend=ref_backend, dataset_name=data.dataset_name if data else None,
-                                  split_name=data.split_name if data else None, detection_records=records)
-            write_json(out / META, meta)
-            save_config(cfg, out)
-            with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="baselines") as tracker:
-                summary = baselines_locked(backend, detectors, inputs, out, ctx, tracker)
-                used = records is not None or inputs.records_hash is not None  # a finished detection's records
-                summary.update({"records_path": inputs.records_path if used else None,
-                                "ref_model": inputs.ref_path, "output_dir": str(out)})
-                write_json(out / SUMMARY, summary)
-                tracker.artifact("baseline-results", "zcp-baselines", [str(out / SUMMARY), str(out / TABLE),
-                                                                       str(out / "config.yaml")])
-    except BaseException:
-        if created:
-            _remove_if_unused(out)
-        raise
+    run = made_of(inputs, [weights["model"] or inputs.model_path, weights["adapter"]], job.seed)
+    # the lock and the directory's run are claimed before any model loads (zcp.core.rundir: the one rule): a second
+    # concurrent run, or another run's directory, refuses at once; a directory made here and left empty goes again
+    with claimed_run_dir(out, "baselines", run, products=PRODUCTS):
+        mcfg = to_dict(cfg.model)
+        backend = build_backend({**mcfg, "path": inputs.model_path, "adapter": inputs.adapter},
+                                progress=job.progress)
+        if job.run_dir:
+            backend.name = f"{inputs.name}/model"
+        ref_backend = None
+        if needs_ref and inputs.ref_path:
+            # the keys ref_model sets (not null, as the user wrote them) over the audited model's settings
+            overlay = to_dict(cfg.ref_model) if job.ref_model is not None else {}
+            rcfg = {**mcfg, **{k: v for k, v in overlay.items() if v is not None}, "path": inputs.ref_path,
+                    "adapter": None}
+            ref_backend = build_backend(rcfg)
+        data = job.data
+        ctx = DetectorContext(seed=job.seed, alpha=job.alpha, bootstrap_samples=job.bootstrap_samples,
+                              ref_backend=ref_backend, dataset_name=data.dataset_name if data else None,
+                              split_name=data.split_name if data else None, detection_records=records)
+        save_config(cfg, out)
+        with Tracker(job.logger, run_config=to_dict(cfg), run_dir=str(out), job_type="baselines") as tracker:
+            summary = baselines_locked(backend, detectors, inputs, out, ctx, tracker)
+            used = records is not None or inputs.records_hash is not None  # a finished detection's records
+            summary.update({"records_path": inputs.records_path if used else None,
+                            "ref_model": inputs.ref_path, "output_dir": str(out)})
+            write_json(out / SUMMARY, summary)
+            tracker.artifact("baseline-results", "zcp-baselines", [str(out / SUMMARY), str(out / TABLE),
+                                                                   str(out / "config.yaml")])
     print((out / TABLE).read_text())
     print(f"wrote {out}")
     return summary
