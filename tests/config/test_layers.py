@@ -113,4 +113,4 @@ def test_schemas_register_beside_their_owners():
     assert owners["ablations"] == owners["report"] == "zcp.validate.study_config"
     in_config = sorted(g for g, node in [*SCHEMAS.items(), *((g, n) for (g, _), n in STORED.items())]
                        if node.__module__.startswith("zcp.config"))
-    assert in_config == ["model", "run", "run"]
+    assert in_config == ["model", "run"]

@@ -46,7 +46,6 @@ from zcp.config.groups import (  # noqa: F401  (re-exported: the registry and th
     VALIDATE_AS,
     LoggerConfig,
     RunConfig,
-    SimRunConfig,
     register_group,
     register_schemas,
 )

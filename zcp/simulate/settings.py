@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from zcp.benchmarks.data_config import DataConfig
-from zcp.config.schemas import LoggerConfig, SimRunConfig, build, conform
+from zcp.config.schemas import LoggerConfig, build, conform
 from zcp.probe.probe_config import ProbeGroupConfig
 from zcp.simulate.simulation_config import (
     BenchmarkConfig,
@@ -39,7 +39,7 @@ from zcp.simulate.simulation_config import (
     SimSplitConfig,
     SimulationJob,
 )
-from zcp.simulate.train_config import TrainConfig
+from zcp.simulate.train_config import SimRunConfig, TrainConfig
 
 _SIM_HINTS: dict[str, Any] = {}
 

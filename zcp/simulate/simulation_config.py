@@ -33,14 +33,13 @@ from zcp.config.conform import MESSAGE_PREFIX
 from zcp.config.groups import register_group
 from zcp.config.jobs import register_job
 from zcp.config.model import ModelConfig, model_config
-from zcp.config.run import SimRunConfig
 from zcp.core.tracking import LoggerConfig
 from zcp.errors import ConfigError
 from zcp.probe.conventions import AUTO, parse_prefill
 from zcp.probe.probe_config import ProbeGroupConfig, StatsConfig
 from zcp.simulate.rewards import ANSWER_FORMAT_CHOICES
 from zcp.simulate.simulation_stages import simulation_stage_names
-from zcp.simulate.train_config import TrainConfig
+from zcp.simulate.train_config import SimRunConfig, TrainConfig
 
 # ------------------------------------------------------------------------------------------ exposure.suppress
 # a seeded wrong number near the gold | a hedge, then no number | another item's answer of another first character

@@ -1,7 +1,8 @@
 """The training schemas, beside the training stages and the base model that read them: `train` (the training
 profile, conf/train/*.yaml: the stages in order, LoRA, GRPO rewards, TRL's SFTConfig / GRPOConfig fields checked
 against TRL's own dataclasses) and the pretrain_base job's root (conf/pretrain_base.yaml, the shipped base model's
-recipe: zcp.simulate.base_model).
+recipe: zcp.simulate.base_model), and the simulation's `run` (`- run: simulation`: RunConfig's probing and the limit on
+the training stages, zcp.simulate.preflight).
 
 Valid choices come from their owners: the GRPO rewards (`zcp.simulate.rewards.REWARDS`), the training stages
 (`TRAINING_STAGE_NAMES`, filled by zcp.simulate.training_stages.register_training_stage), the reserved pool's seed
@@ -19,7 +20,9 @@ from zcp.benchmarks.reserved import BENCHMARK_SEED, RESERVED_BENCHMARK_ITEMS
 from zcp.config.checks import as_number as _num
 from zcp.config.checks import check_value, unknown_key_message, user_key
 from zcp.config.conform import MESSAGE_PREFIX, build, conform
+from zcp.config.groups import register_group
 from zcp.config.jobs import register_job
+from zcp.config.run import RunConfig
 from zcp.core.tracking import LoggerConfig
 from zcp.errors import ConfigError
 from zcp.simulate.rewards import REWARDS
@@ -165,6 +168,31 @@ def _check_trainer_fields(settings: dict[str, Any], known: dict[str, Any], where
             check_value(_num(v) >= 0, key, v, ">= 0 (a float < 1 is a ratio of the total steps)")
 
 
+# ----------------------------------------------------------------------------------- the simulation's run
+@dataclass
+class SimRunConfig(RunConfig):
+    """The simulation's `run` group: RunConfig's probing settings (its detection stage) and the limit on its training
+    stages (zcp.simulate.preflight): before a stage trains, one line says its data's tokens, optimizer steps, memory
+    from the parameter count and, from a step rate, its time; a stage estimated above `max_stage_seconds` is
+    refused in one line naming the estimate."""
+
+    max_stage_seconds: float | None = None  # a training stage estimated to take longer is refused; null: no limit
+    # seconds per optimizer step by training stage (run.step_seconds.sft=12; a stage registered at run time:
+    # +run.step_seconds.<name>=S): its estimate (and refusal) comes before its model loads; null: timed over its
+    # first `preflight_steps` steps instead
+    step_seconds: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(BUILTIN_TRAINING_STAGES))
+    preflight_steps: int = 2  # optimizer steps timed for the estimate of a stage without step_seconds
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_value(self.max_stage_seconds is None or _num(self.max_stage_seconds) > 0, "run.max_stage_seconds",
+                    self.max_stage_seconds, "null (no limit) or a number of seconds > 0")
+        for name, value in self.step_seconds.items():  # names: checked against the training stages before training
+            check_value(value is None or _num(value) > 0, f"run.step_seconds.{name}", value,
+                        "null (timed) or a number of seconds > 0")
+        check_value(self.preflight_steps >= 1, "run.preflight_steps", self.preflight_steps, ">= 1")
+
+
 # ------------------------------------------------------------------------------- the pretrain_base job
 @dataclass
 class NumberLimits:
@@ -233,5 +261,6 @@ class PretrainBaseJob:
         check_value(bool(self.out_dir), "out_dir", self.out_dir, "a folder path (the shipped model: zcp/assets/base_model)")
 
 
+register_group("run", SimRunConfig, name="simulation", validate_as=True)
 register_job("pretrain_base", PretrainBaseJob)
 MESSAGE_PREFIX.update({TrainConfig: "train", LoraSettings: "train.lora", NumberLimits: "limits"})
