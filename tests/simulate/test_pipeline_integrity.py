@@ -188,7 +188,9 @@ def test_later_stages_settings_never_change_the_contamination_run(tmp_path):
     _fingerprint_check(tmp_path, compose("contaminate", *base, "+data.on_overflow=skip",
                                          "probe.full_cot_max_tokens=100", resolve=True))
     # a training setting still refuses, in one line naming what differs
-    with pytest.raises(ConfigError, match=r"different config \(exposure\.k: 6 -> 3\)") as e:
+    with pytest.raises(RunDirError, match=r"holds a contaminate run of another configuration \(fingerprint "
+                                          r"[0-9a-f]{16}; this contaminate run: [0-9a-f]{16}; differing: exposure\.k\)"
+                       ) as e:
         _fingerprint_check(tmp_path, compose("contaminate", *base, "exposure.k=3", resolve=True))
     _one_line(e.value)
 
@@ -473,7 +475,7 @@ def test_a_different_config_in_a_run_dir_is_one_line(tmp_path, no_models, capsys
         _main(compose("demo", *REDUCED, "exposure.k=2", f"output_dir={out}"))
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "different config (exposure.k: 1 -> 2)" in err[0] and "run_config.json" in err[0]
+    assert len(err) == 1 and "another configuration" in err[0] and "differing: exposure.k)" in err[0]
     assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == before
 
 
@@ -491,7 +493,7 @@ def test_enospc_anywhere_is_one_line_naming_the_path(tmp_path, no_models, capsys
         _main(compose("demo", *REDUCED, f"output_dir={out}"))
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(out / "run_config.json") in err[0] and "OSError 28 ENOSPC" in err[0], err
+    assert len(err) == 1 and str(out / "run_fingerprint.json") in err[0] and "OSError 28 ENOSPC" in err[0], err
 
 
 def test_checkpoint_write_failure_names_the_disk(tmp_path, capsys, monkeypatch):

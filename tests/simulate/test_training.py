@@ -17,7 +17,7 @@ import pytest
 os.environ["WANDB_MODE"] = "disabled"
 
 from zcp.core.items import Item
-from zcp.errors import DataError
+from zcp.errors import DataError, RunDirError
 from zcp.simulate import data as tdata
 from zcp.simulate.rewards import (
     FINAL_ANSWER_PREFIX,
@@ -398,7 +398,7 @@ def test_resume_skips_finished_stages_and_refuses_a_changed_config(run):
     assert again.table6 == r.table6
     changed = json.loads(json.dumps(cfg))
     changed["exposure"]["k"] = 3
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(RunDirError, match=r"another configuration .*differing: exposure"):
         contaminate(changed)
 
 
@@ -531,7 +531,7 @@ def test_contamination_run_dir_follows_the_base_model_content(tmp_path):
     _fingerprint_check(tmp_path / "run", cfg)
     (tmp_path / "base" / "model.safetensors").write_bytes(b"weights-v2")
     assert _run_dir(cfg) != first
-    with pytest.raises(ValueError, match="base_model_fingerprint"):
+    with pytest.raises(RunDirError, match=r"differing: base_model_fingerprint\)"):
         _fingerprint_check(tmp_path / "run", cfg)
 
 
