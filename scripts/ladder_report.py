@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zcp.core.io import read_json
-from zcp.core.rundir import ContaminationRun
+from zcp.core.rundir import ContaminationRun, run_unfinished, sweep_runs
 from zcp.validate.exposure import run_arm
 
 PREFIX = "paper_recipe_ladder"
@@ -36,9 +36,9 @@ METRICS = ("acc", "con", "p_first", "p_all")
 
 def run_row(path: Path, label: str | None = None) -> dict[str, Any] | None:
     """The report row of one contamination run dir (None when its detection has not finished)."""
-    run = ContaminationRun(path)
-    if not (run.simulation_summary_path.exists() and run.exposure_path.exists() and run.config_path.exists()):
+    if run_unfinished(path) is not None:  # the sweep collectors' one rule (zcp.core.rundir)
         return None
+    run = ContaminationRun(path)
     sim, exp, cfg = run.simulation_summary, run.exposure, run.config
     arm = run_arm(exp)
     name = str(cfg.get("name", path.name))
@@ -208,7 +208,7 @@ def main() -> None:
     if a.runs:
         given = [(Path(x.split("=", 1)[0]), x.split("=", 1)[1] if "=" in x else None) for x in a.runs]
     else:
-        given = [(p, None) for p in sorted(root.glob(f"{PREFIX}_*__*"))]
+        given = [(run.path, None) for run in sweep_runs(root, f"{PREFIX}_*__*")[0]]
     rows = [r for p, label in given if (r := run_row(p, label)) is not None]
     rows.sort(key=lambda r: (r["label"], r["arm"] != "leak"))
     out = Path(a.out or root / f"{PREFIX}_report")

@@ -22,17 +22,14 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 from zcp.core.io import read_json
-from zcp.core.rundir import ContaminationRun
+from zcp.core.rundir import sweep_runs
 from zcp.validate.exposure import run_arm
 
 
 def clean_datasets(root: Path) -> list[dict]:
     """One row per (run, clean split): recipe, split seed, sham or not, and each detector's flag."""
     rows = []
-    for path in sorted(root.glob("*__*")):
-        run = ContaminationRun(path)
-        if not (run.config_path.exists() and run.simulation_summary_path.exists() and run.exposure_path.exists()):
-            continue
+    for run in sweep_runs(root)[0]:  # the finished runs (zcp.core.rundir: the sweep collectors' one rule)
         cfg = run.config
         exposure_record = run.exposure
         exposure = exposure_record.get("knobs") or {}

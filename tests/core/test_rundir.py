@@ -195,3 +195,36 @@ def test_a_claim_resumes_its_own_run_and_refuses_any_other_in_one_line(tmp_path)
                                           rf"configuration; this detect run: fingerprint {fp}\)"):
         claim_run_dir(bare, "detect", made_of, products=("records.jsonl",))
     assert not (bare / RUN_FINGERPRINT).exists()
+
+
+def test_the_sweep_collector_keeps_finished_runs_only_and_says_why_of_the_others(tmp_path):
+    """One "finished" rule: run_config.json, exposure.json and detect/simulation_summary.json, and
+    baselines/summary.json when the run's stages list baselines; runs given and found by pattern, each once."""
+    from zcp.core.rundir import run_unfinished, sweep_runs
+
+    def sim(name, stages, *files):
+        d = tmp_path / name
+        (d / "detect").mkdir(parents=True)
+        (d / RUN_CONFIG).write_text(json.dumps({"config": {"stages": stages}}))
+        for f in files:
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            (d / f).write_text("{}")
+        return d
+
+    done = sim("exp__a", ["contaminate", "detect"], EXPOSURE, "detect/simulation_summary.json")
+    with_b = sim("exp__b", ["contaminate", "detect", "baselines"], EXPOSURE, "detect/simulation_summary.json",
+                 "baselines/summary.json")
+    no_b = sim("exp__c", ["contaminate", "detect", "baselines"], EXPOSURE, "detect/simulation_summary.json")
+    killed = sim("exp__d", ["contaminate", "detect"], EXPOSURE)
+    (tmp_path / "exp__e").mkdir()
+    (tmp_path / "other__f").mkdir()
+    assert run_unfinished(done) is None and run_unfinished(with_b) is None
+    assert run_unfinished(no_b) == "no baselines/summary.json (its baselines stage has not finished)"
+    assert run_unfinished(killed) == "no detect/simulation_summary.json (its detect stage has not finished)"
+    assert run_unfinished(tmp_path / "nope") == "no such directory"
+    finished, left_out = sweep_runs(tmp_path, "exp__*", runs=[with_b, tmp_path / "nope"])
+    assert [r.path for r in finished] == [with_b, done]
+    assert left_out == [(tmp_path / "nope", "no such directory"),
+                        (no_b, "no baselines/summary.json (its baselines stage has not finished)"),
+                        (killed, "no detect/simulation_summary.json (its detect stage has not finished)"),
+                        (tmp_path / "exp__e", f"no {RUN_CONFIG} (not a contamination run)")]

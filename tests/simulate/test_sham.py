@@ -297,6 +297,7 @@ def test_exposure_report_labels_a_sham_run(tmp_path):
         rows6 = [{"split": c_split, "base": 0.25, "final": 0.75}, {"split": "U", "base": 0.5, "final": 0.5}]
         (d / "detect" / "simulation_summary.json").write_text(json.dumps(
             {"arm": arm, "results": {"FT": res}, "did": [], "table6": {"rows": rows6}}))
+        (d / "run_config.json").write_text(json.dumps({"config": {"stages": ["contaminate", "detect"]}}))
     rows = {r["run"]: r for r in collect(tmp_path)}
     assert rows["exposure__sham"]["arm"] == "sham" and rows["exposure__leak"]["arm"] == "leak"
     md = table(list(rows.values()))
@@ -321,6 +322,8 @@ def test_study_report_puts_a_sham_run_in_its_own_table(tmp_path):
     for name, lf in (("leak", 1.0), ("sham", 0.0)):
         run = _run_dir(root, f"detexp__{name}")
         write_json(run / "exposure.json", {"arm": name, "knobs": {**knobs, "leak_fraction": lf}})
+        write_json(run / "run_config.json", {"config": {"stages": ["contaminate", "detect", "baselines"]}})
+        write_json(run / "detect" / "simulation_summary.json", {})  # the detection stage finished
         _baselines_dir(run)
     rep = build_report({}, tmp_path / "out", ["acc", "p_all"],
                        exposure_dirs=[root / "detexp__leak", root / "detexp__sham"])

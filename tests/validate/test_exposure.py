@@ -14,6 +14,7 @@ def _run(root, name, k, epochs, aof, c_c, c_u):
            for s, c in (("C", c_c), ("U", c_u))]
     sim = {"results": {"FT": res, "base": res}, "did": [], "table6": {"rows": [{"split": "U", "base": 0.5, "final": 0.52}]}}
     (d / "detect" / "simulation_summary.json").write_text(json.dumps(sim))
+    (d / "run_config.json").write_text(json.dumps({"config": {"stages": ["contaminate", "detect"]}}))
 
 
 def test_collect_and_report(tmp_path):

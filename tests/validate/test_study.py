@@ -77,6 +77,8 @@ def _exposure_run(root, name, k, epochs, ppl_auroc):
     write_json(run / "exposure.json", {"knobs": {"k": k, "sft_epochs": float(epochs), "answer_only_fraction": 0.75,
                                                  "answer_format": "probe", "clean_fraction": 0.5, "grpo_steps": 20,
                                                  "lora_r": 16, "lr": 0.005}})
+    write_json(run / "run_config.json", {"config": {"stages": ["contaminate", "detect", "baselines"]}})
+    write_json(run / "detect" / "simulation_summary.json", {})  # the detection stage finished
     b = _baselines_dir(run)
     summ = json.loads((b / "summary.json").read_text())
     summ["detectors"]["ppl"]["auroc"] = ppl_auroc

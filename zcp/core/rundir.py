@@ -329,3 +329,52 @@ class ContaminationRun:
                 return d, passed
             passed.append(reason)
         return None, passed
+
+
+# ------------------------------------------------------------------------------------------ a sweep of contamination runs
+STAGE_PRODUCTS = {"contaminate": EXPOSURE, "detect": f"{DETECT}/{SIMULATION_SUMMARY}",
+                  "baselines": f"{BASELINES}/{BASELINES_SUMMARY}"}  # what each simulation stage writes last
+
+
+def run_unfinished(path: str | os.PathLike[str]) -> str | None:
+    """Why the contamination run dir `path` is not a finished run of a sweep (what is missing, e.g. "no
+    exposure.json (its contaminate stage has not finished)"), or None: the one "finished" rule of every sweep
+    collector (`sweep_runs`).
+
+    Finished: run_config.json is there, the contamination and its detection have written their products
+    (`STAGE_PRODUCTS`: exposure.json, detect/simulation_summary.json) and, when the run's config lists the
+    baselines stage, so has that stage (baselines/summary.json). Each is written when its stage ends, so a killed
+    or still running simulation is never read as a finished one."""
+    run = ContaminationRun(path)
+    if not run.path.is_dir():
+        return "no such directory"
+    if not run.has(RUN_CONFIG):
+        return f"no {RUN_CONFIG} (not a contamination run)"
+    try:
+        stages = run.config.get("stages")
+    except RunDirError as e:
+        return " ".join(str(e).split())
+    needed = ["contaminate", "detect"] + (["baselines"] if isinstance(stages, list) and "baselines" in stages else [])
+    for stage in needed:
+        if not run.has(STAGE_PRODUCTS[stage]):
+            return f"no {STAGE_PRODUCTS[stage]} (its {stage} stage has not finished)"
+    return None
+
+
+def sweep_runs(root: str | os.PathLike[str] | None, pattern: str = "*__*",
+               runs: tuple[str | os.PathLike[str], ...] | list[Any] = ()
+               ) -> tuple[list[ContaminationRun], list[tuple[Path, str]]]:
+    """The one collector of a sweep's contamination runs: `runs`, then every directory under `root` whose name
+    matches `pattern` (sorted; none when `root` is None), each once. Returns the finished ones (`run_unfinished`)
+    as `ContaminationRun`s, and every other one with why it was left out."""
+    dirs = [Path(r) for r in runs]
+    if root is not None:
+        dirs += sorted(p for p in Path(root).glob(pattern) if p.is_dir())
+    finished, left_out = [], []
+    for d in dict.fromkeys(dirs):
+        why = run_unfinished(d)
+        if why is None:
+            finished.append(ContaminationRun(d))
+        else:
+            left_out.append((d, why))
+    return finished, left_out

@@ -16,19 +16,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zcp.core.rundir import ContaminationRun
+from zcp.core.rundir import sweep_runs
 from zcp.probe.metrics import metric_label
 from zcp.probe.report import c_cont_text
 from zcp.simulate.simulation_config import ExposureConfig
 
 
 def collect(root: str | Path, name: str = "exposure") -> list[dict[str, Any]]:
-    """One row per finished run under root/<name>__*: the knobs, full-CoT accuracies and FT C_cont per split/metric."""
+    """One row per finished run under root/<name>__* (the sweep collector, zcp.core.rundir.sweep_runs): the knobs,
+    full-CoT accuracies and FT C_cont per split/metric."""
     rows = []
-    for path in sorted(Path(root).glob(f"{name}__*")):
-        run = ContaminationRun(path)
-        if not (run.simulation_summary_path.exists() and run.exposure_path.exists()):
-            continue
+    for run in sweep_runs(root, f"{name}__*")[0]:
         sim, exp = run.simulation_summary, run.exposure
         row: dict[str, Any] = {"run": run.name, **exp["knobs"], "arm": run_arm(exp),
                                "base_model": Path(str(exp.get("base_model", ""))).name}

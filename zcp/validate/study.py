@@ -30,8 +30,8 @@ from zcp.core.rundir import (
     BASELINES_SUMMARY,
     DETECTION_RECORDS,
     DETECTION_SUMMARY,
-    EXPOSURE,
     ContaminationRun,
+    sweep_runs,
 )
 from zcp.probe.metrics import BUILTIN_METRICS
 from zcp.probe.probe_config import StatsConfig
@@ -251,7 +251,8 @@ EXPOSURE_PLOT_DETECTORS = (*(f"zcp_{m}" for m in BUILTIN_METRICS), "ppl", "zlib"
 
 
 def exposure_run_dirs(root: str | Path, name: str | None, runs: list[str] | tuple[str, ...] = ()) -> list[Path]:
-    """The runs of the study over exposure: every <root>/<name>__*/ (when `name` is set) plus `runs`."""
+    """The runs of the study over exposure: `runs` plus every <root>/<name>__*/ (when `name` is set), finished or
+    not (`collect_exposure` says why one is left out)."""
     dirs = [Path(r) for r in runs]
     if name:
         dirs += sorted(p for p in Path(root).glob(f"{name}__*") if p.is_dir())
@@ -259,28 +260,28 @@ def exposure_run_dirs(root: str | Path, name: str | None, runs: list[str] | tupl
 
 
 def collect_exposure(dirs: list[Path], metrics: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """One entry per finished run: its exposure knobs, leak kind (k = 0: verbatim; a sham run, leak_fraction = 0,
-    is kind "sham" at the level of its sham items, never exposure 0 of a leak), exposure level
-    (`zcp.validate.exposure.exposure_level`) and detector rows (ZCP from detect/FT*/, baselines from baselines/).
-    Runs without exposure.json, detection or baselines are returned apart, with what is missing."""
+    """One entry per finished run (the sweep collector's rule, zcp.core.rundir.sweep_runs) that ran the baselines
+    stage: its exposure knobs, leak kind (k = 0: verbatim; a sham run, leak_fraction = 0, is kind "sham" at the
+    level of its sham items, never exposure 0 of a leak), exposure level (`zcp.validate.exposure.exposure_level`)
+    and detector rows (ZCP from detect/FT*/, baselines from baselines/). The other runs are returned apart, with
+    why."""
     from zcp.errors import ConfigError
     from zcp.validate.exposure import exposure_level, run_arm
 
-    entries, unfinished = [], []
-    for d in dirs:
-        run = ContaminationRun(d)
-        if not run.has(EXPOSURE):
-            unfinished.append({"run": str(d), "missing": f"{EXPOSURE} (contamination not finished)"})
-            continue
+    finished, left_out = sweep_runs(None, runs=dirs)
+    unfinished = [{"run": str(d), "missing": why} for d, why in left_out]
+    entries = []
+    for run in finished:
+        d = run.path
         record = run.exposure
         knobs = record["knobs"]
         try:
             det = newest_detection_dir(d)
         except ConfigError:
-            unfinished.append({"run": str(d), "missing": "detect/FT*/summary.json (detection not finished)"})
+            unfinished.append({"run": str(d), "missing": "no detect/FT*/summary.json (detection not finished)"})
             continue
         if not run.baselines_summary_path.exists():
-            unfinished.append({"run": str(d), "missing": "baselines/summary.json (baselines stage not finished)"})
+            unfinished.append({"run": str(d), "missing": "no baselines/summary.json (ran without the baselines stage)"})
             continue
         rows = zcp_rows(det, metrics)
         # the stage's baselines/, then any further run_baselines.py output in the run dir (baselines_*/, e.g.
@@ -395,7 +396,7 @@ def exposure_section(entries: list[dict[str, Any]], unfinished: list[dict[str, s
         parts.append("![AUROC versus exposure](auroc_vs_exposure.png)\n")
     if unfinished:
         parts.append(f"Left out ({len(unfinished)} run(s) not finished): "
-                     + "; ".join(f"`{u['run']}`: no {u['missing']}" for u in unfinished) + "\n")
+                     + "; ".join(f"`{u['run']}`: {u['missing']}" for u in unfinished) + "\n")
     return "\n".join(parts), plot
 
 
