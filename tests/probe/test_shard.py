@@ -208,7 +208,8 @@ def test_a_shard_of_another_probe_is_refused_by_the_shard_and_named_stale_by_the
     out = _copy(small_shards, tmp_path)
     other = "probe.zero_cot_max_tokens=16"  # another probe: other records
     msg = _message(RunDirError, _run, model_dir, small, out, "run.shard=1/2", other)
-    assert "holds shard 1/2 of another run" in msg
+    assert f"{out / 'shards' / '1-of-2'} holds a detect-shard run of another configuration (fingerprint " in msg
+    assert "differing: fingerprint, source); use another output_dir, or delete" in msg
     shutil.rmtree(out / "shards" / "1-of-2")
     _run(model_dir, small, out, "run.shard=1/2", other)
     msg = _merge_refused(model_dir, small, out)

@@ -14,7 +14,8 @@ earlier attempt finished.
 Layout of the run directory (the one a one-process run of the same command uses):
 
     <out>/shards/<i>-of-<n>/shard.json     what shard i was planned from: the run's fingerprint (the one a
-                                           one-process run_meta.json holds), the config's, its unit count
+                                           one-process run_meta.json holds), the config's, its unit count; the
+                                           directory is claimed for it (run_fingerprint.json, zcp.core.rundir)
     <out>/shards/<i>-of-<n>/records.jsonl  its records, appended chunk by chunk (zcp.probe.detect.collect_records:
     <out>/shards/<i>-of-<n>/run_meta.json  resumable after a kill, locked while it runs)
 
@@ -34,7 +35,7 @@ from zcp.backends.base import Backend
 from zcp.core.io import RunLock, read_json, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
-from zcp.core.rundir import fingerprint_of
+from zcp.core.rundir import claim_run_dir, fingerprint_of
 from zcp.errors import RunDirError
 from zcp.probe.detect import (
     META,
@@ -165,11 +166,10 @@ def probe_shard(backend: Backend, datasets: list[DetectDataset], probe: ProbeCon
     meta = {"fingerprint": fingerprint, "source": source, "shard": [i, n], "n_units": len(mine),
             "n_units_total": len(units), "model": backend.name, "rendering": rendering, "overflow": overflow}
     with RunLock(sdir):
-        if (sdir / SHARD_META).exists():
-            old = read_json(sdir / SHARD_META)
-            if (old.get("fingerprint"), old.get("source")) != (fingerprint, source):
-                raise RunDirError(f"{sdir} holds shard {i}/{n} of another run (model, data, probe settings or config "
-                                  "differ); use a new output_dir, or delete that directory to probe it again")
+        # the shard's directory is this run's shard by the one run-dir rule (zcp.core.rundir: another model, data,
+        # probe settings or config, or a shard of an earlier zcp, is refused in one line naming both fingerprints)
+        claim_run_dir(sdir, "detect-shard", {"source": source, "shard": [i, n], "fingerprint": fingerprint},
+                      products=(SHARD_META, RECORDS, META))
         write_json(sdir / SHARD_META, meta)
         if not mine:
             log.warning("shard %d/%d has no item (the data has %d): nothing to probe", i, n, len(item_shards(datasets, n)))
