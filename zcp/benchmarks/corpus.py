@@ -1,5 +1,5 @@
-"""The shipped base models' pretraining corpus: chain-of-thought word problems whose signatures avoid a given
-set (the reserved benchmark pool), and bare arithmetic drills.
+"""The shipped base models (their folders, `shipped_model_path`) and their pretraining corpus: chain-of-thought word
+problems whose signatures avoid a given set (the reserved benchmark pool), and bare arithmetic drills.
 
 A pure function of its recipe (`n`, `seed`, the excluded signatures, the shares, families and number ranges), so a
 model's corpus is regenerated from its recipe.json by the pretraining (zcp.simulate.base_model) and by the
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
+from zcp import ASSETS
 from zcp.benchmarks.wordproblems import (
     FAMILIES,
     FINAL_ANSWER_PREFIX,
@@ -21,6 +23,17 @@ from zcp.benchmarks.wordproblems import (
     signature,
 )
 from zcp.core.items import Item
+
+# the shipped base models (folders of zcp/assets): the CoT-only one every config's `model=tiny` loads, and the
+# direct-answer variant pretrained from it; none of them saw the reserved pool (zcp.benchmarks.reserved)
+SHIPPED_MODELS = ("base_model", "base_model_direct")
+
+
+def shipped_model_path(name: str = SHIPPED_MODELS[0]) -> Path:
+    """The folder of a shipped base model (`SHIPPED_MODELS`; default the one `model=tiny` loads)."""
+    if name not in SHIPPED_MODELS:
+        raise ValueError(f"{name!r} is not a shipped base model (one of {', '.join(SHIPPED_MODELS)})")
+    return ASSETS / name
 
 DRILL_TEMPLATES = ("What is {x} {op} {y}?", "Calculate {x} {op} {y}.", "Work out {x} {op} {y}.")
 

@@ -20,8 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zcp import ASSETS, REPO_ROOT
-from zcp.benchmarks.corpus import DRILL_TEMPLATES, arithmetic_drill, build_corpus  # noqa: F401 - re-exported
+from zcp import REPO_ROOT
+from zcp.benchmarks.corpus import DRILL_TEMPLATES, arithmetic_drill, build_corpus, shipped_model_path  # noqa: F401 - re-exported
 from zcp.benchmarks.reserved import BENCHMARK_SEED, RESERVED_BENCHMARK_ITEMS, benchmark_pool  # noqa: F401 - re-exported
 from zcp.benchmarks.wordproblems import (
     FAMILIES,
@@ -54,8 +54,9 @@ CHAT_TEMPLATE = (
 
 
 def base_model_path() -> Path:
-    """Folder of the shipped base model (weights, config, tokenizer, RECIPE.md, recipe.json)."""
-    return ASSETS / "base_model"
+    """Folder of the shipped base model (weights, config, tokenizer, RECIPE.md, recipe.json):
+    zcp.benchmarks.corpus.shipped_model_path()."""
+    return shipped_model_path()
 
 
 def load_base_model(path: str | Path | None = None) -> tuple[Any, Any]:

@@ -92,10 +92,10 @@ def _run_dir(cfg: Any, fp: dict[str, Any] | None = None) -> Path:
 
 
 def shipped_base_model() -> Path:
-    """The project's embedded tiny base model folder (`zcp/assets/base_model/`)."""
-    import zcp
+    """The project's embedded tiny base model folder (`zcp/assets/base_model/`: zcp.benchmarks.corpus)."""
+    from zcp.benchmarks.corpus import shipped_model_path
 
-    return zcp.ASSETS / "base_model"
+    return shipped_model_path()
 
 
 def resolve_model_path(path: str | None) -> str:

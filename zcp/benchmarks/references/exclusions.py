@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from zcp import ASSETS
 from zcp.core.items import Item
 from zcp.errors import DataError
 
@@ -110,8 +109,9 @@ def write_corpus_signatures(model_dir: str | Path) -> Path:
 
 def shipped_model_dirs() -> list[Path]:
     """The shipped base models' folders (the reserved pool is unseen by all of them)."""
-    assets = ASSETS
-    return [p for p in (assets / "base_model", assets / "base_model_direct") if (p / "recipe.json").is_file()]
+    from zcp.benchmarks.corpus import SHIPPED_MODELS, shipped_model_path
+
+    return [p for p in map(shipped_model_path, SHIPPED_MODELS) if (p / "recipe.json").is_file()]
 
 
 @functools.lru_cache(maxsize=1)
