@@ -164,6 +164,25 @@ def detection_unit(rec: dict[str, Any]) -> tuple[str, str, str, int]:
     return (rec["split"], rec["variant"], rec["original_id"], int(rec["draw"]))
 
 
+def detection_meta(det_dir: str | os.PathLike[str], fingerprint: str, what: str = "") -> dict[str, Any] | None:
+    """The run_meta.json of the detection records in `det_dir` when they are of the plan `fingerprint` (the records'
+    fingerprint: units, model, probe), None when there are none yet; RunDirError (one line) when they are of another
+    plan, or records.jsonl is there without run_meta.json. The one check that records are this run's, for a run
+    directory and a shard's alike (`what` names the caller in the message, e.g. "shard 1/2")."""
+    d = Path(det_dir)
+    meta_path = d / DETECTION_META
+    if meta_path.exists():
+        meta = read_json(meta_path) or {}
+        if meta.get("fingerprint") != fingerprint:
+            raise RunDirError(f"{d} holds records of another run (model, probe settings or items differ"
+                              f"{f' from this {what}' if what else ''}); use a new output_dir")
+        return meta
+    if (d / DETECTION_RECORDS).exists():
+        raise RunDirError(f"{d} holds {DETECTION_RECORDS} without {DETECTION_META}: its run is unknown; use a new "
+                          "output_dir")
+    return None
+
+
 def detection_unfinished(det_dir: str | os.PathLike[str]) -> str | None:
     """Why `det_dir` is not a finished detection run (one line naming the dir and what is missing), or None.
 

@@ -21,10 +21,10 @@ import numpy as np
 from zcp.backends.base import Backend
 from zcp.benchmarks.data_config import DataConfig
 from zcp.config.groups import RunConfig
-from zcp.core.io import RunLock, read_json, stable_hash, write_json
+from zcp.core.io import RunLock, stable_hash, write_json
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
-from zcp.core.rundir import DETECTION_META, DETECTION_RECORDS, DETECTION_SUMMARY
+from zcp.core.rundir import DETECTION_META, DETECTION_RECORDS, DETECTION_SUMMARY, detection_meta
 from zcp.core.rundir import detection_unit as _key
 from zcp.errors import DataError, RunDirError
 from zcp.probe import normalised  # noqa: F401 - registers p_first_norm / p_all_norm before configs are validated
@@ -361,17 +361,12 @@ def collect_records(backend: Backend, datasets: Sequence[DetectDataset], probe: 
                     settings.on_overflow)
     fp = _fingerprint(units, backend, probe)
     meta_path = out / META
-    if meta_path.exists():
-        meta = read_json(meta_path)
-        if meta.get("fingerprint") != fp:
-            raise RunDirError(f"{out} holds records of another run (model, probe settings or items differ); "
-                              "use a new output_dir")
+    meta = detection_meta(out, fp)  # the records there are this plan's, or none yet (zcp.core.rundir)
+    if meta is not None:
         how = {k: v for k, v in (rendering or {}).items() if k != "example_zero_cot"}
         if meta.get("rendering") and how and meta["rendering"] != how:
             raise RunDirError(f"{out} holds records of prompts rendered otherwise ({meta['rendering']}; this run: "
                               f"{how}); use a new output_dir")
-    elif (out / RECORDS).exists():
-        raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
     else:
         # the backend's fingerprint (weights' content, rendering options) tells a later reader (the zcp_*
         # baselines) which model these records are of

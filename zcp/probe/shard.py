@@ -35,7 +35,7 @@ from zcp.backends.base import Backend
 from zcp.core.io import RunLock, read_json, write_json, write_jsonl
 from zcp.core.items import Item
 from zcp.core.records import RecordStore
-from zcp.core.rundir import claim_run_dir, fingerprint_of
+from zcp.core.rundir import claim_run_dir, detection_meta, fingerprint_of
 from zcp.errors import RunDirError
 from zcp.probe.detect import (
     META,
@@ -130,16 +130,6 @@ def source_fingerprint(cfg: Any, weights: dict[str, Any]) -> str:
     return fingerprint_of(source_made_of(cfg, weights))
 
 
-def _check_run_meta(out: Path, fingerprint: str, what: str) -> None:
-    """Refuse a run directory whose own run_meta.json (one process, or an earlier merge) is of another run."""
-    meta = out / META
-    if meta.exists() and read_json(meta).get("fingerprint") != fingerprint:
-        raise RunDirError(f"{out} holds records of another run (model, probe settings or items differ from this "
-                          f"{what}); use a new output_dir")
-    if not meta.exists() and (out / RECORDS).exists():
-        raise RunDirError(f"{out} holds {RECORDS} without {META}: its run is unknown; use a new output_dir")
-
-
 def probe_shard(backend: Backend, datasets: list[DetectDataset], probe: ProbeConfig, out: str | Path,
                 settings: DetectSettings, shard: tuple[int, int], *, source: str,
                 on_ready: Any = None) -> dict[str, Any]:
@@ -160,7 +150,7 @@ def probe_shard(backend: Backend, datasets: list[DetectDataset], probe: ProbeCon
     if i == 0:  # the plan's warnings once, not n times
         _log_plan(cover, overflow, rendering, settings)
     fingerprint = _fingerprint(units, backend, probe)
-    _check_run_meta(out, fingerprint, f"shard {i}/{n}")
+    detection_meta(out, fingerprint, f"shard {i}/{n}")  # the run directory's own records, if any, are this run's
     mine = shard_units(units, datasets, i, n)
     sdir = shard_dir(out, i, n)
     meta = {"fingerprint": fingerprint, "source": source, "shard": [i, n], "n_units": len(mine),
@@ -287,7 +277,7 @@ def merge_shards(datasets: list[DetectDataset], probe: ProbeConfig, out: str | P
         if len(records) != int(first["n_units_total"]):
             raise RunDirError(f"run.shard=merge: the {n} shards in {out / SHARDS} hold {len(records)} units, the run "
                               f"{first['n_units_total']}; delete {out / SHARDS} and probe the shards again")
-        _check_run_meta(out, first["fingerprint"], "merge")
+        detection_meta(out, first["fingerprint"], "merge")
         records.sort(key=lambda r: order[_key(r)])
         if on_ready is not None:
             on_ready()
