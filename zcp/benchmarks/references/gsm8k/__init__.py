@@ -60,7 +60,9 @@ question's round numbers. So:
   equality appears (a new value may take the old value of another number that moves too); the builder takes
   only draws (`structure="require"`, `_Cand.clean`) with as many round question numbers as the original and
   whose answer equals / starts like a question number, and equals / starts like the question's last number,
-  exactly when the original's does; what is left over is balanced over the benchmark (`balance_structure`).
+  exactly when the original's does; an item short of such draws gets a second phase of structure-holding draws
+  (`collect_draws`: every drawn number starts like the answer exactly when its old value did, round numbers stay
+  round); what is left over is balanced over the benchmark (`balance_structure`).
 - **Numbers tied outside the chain** (`program._ties`): "n of m", "3 out of her 10 friends", "the first four
   houses" of "5 houses" keep the part below the whole; where the question names the rest as one ("the fifth
   house") the whole stays the part + 1 (solved for when the chain leaves it free, else checked per draw).
