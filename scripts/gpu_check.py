@@ -882,9 +882,11 @@ def collect_real_model(run_dir: Path) -> Result:
     written yet is left out (listed under `missing`)."""
     run_dir = Path(run_dir)
     fig: dict[str, Any] = {"run_dir": str(run_dir), "missing": []}
-    exp = _read(run_dir / "exposure.json")
+    from zcp.core.rundir import DETECT, EXPOSURE, SIMULATION_SUMMARY
+
+    exp = _read(run_dir / EXPOSURE)
     if exp is None:
-        fig["missing"].append("exposure.json")
+        fig["missing"].append(EXPOSURE)
     else:
         fig["exposure"] = {"arm": exp.get("arm"), "counts": exp.get("counts"), "knobs": exp.get("knobs"),
                            "base_model": exp.get("base_model")}
@@ -894,9 +896,9 @@ def collect_real_model(run_dir: Path) -> Result:
     else:
         fig["table6"] = {"stages": t6.get("stages"), "rows": {r["split"]: {k: v for k, v in r.items() if k != "split"}
                                                               for r in t6.get("rows", [])}}
-    sim = _read(run_dir / "detect" / "simulation_summary.json")
+    sim = _read(run_dir / DETECT / SIMULATION_SUMMARY)
     if sim is None:
-        fig["missing"].append("detect/simulation_summary.json")
+        fig["missing"].append(f"{DETECT}/{SIMULATION_SUMMARY}")
         return fig
     table7: dict[str, Any] = {}
     for model, rows in sim.get("results", {}).items():
