@@ -424,7 +424,7 @@ PHASES = (
     ("  append records", "zcp.core.records", "RecordStore.append"),
     ("statistics and reports", "zcp.probe.detect", "write_results"),
     ("  statistics", "zcp.probe.detect", "analyse"),
-    ("    Monte Carlo tests", "zcp.probe.stats", "permutation_pvalue_mc"),
+    ("    Monte Carlo tests", "zcp.core.permutation", "permutation_pvalue_mc"),
 )
 WHOLE = "whole run (after imports)"
 

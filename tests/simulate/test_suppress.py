@@ -9,7 +9,6 @@ the key; a bad setting is a one-line ConfigError at compose time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
@@ -176,13 +175,12 @@ def test_config_is_checked_at_compose_time():
     assert ex.suppress.enabled and ex.suppress.prefills == CONVENTIONS
 
 
-def test_default_off_keeps_the_run_dir_hash():
+def test_suppression_is_part_of_the_run_dir():
+    # (configs written before the key existed are no longer adopted: one claim rule, old dirs refused)
     from zcp.simulate.contaminate import _run_dir
 
     default = compose("contaminate", resolve=True)
-    old = json.loads(json.dumps(default))
-    del old["exposure"]["suppress"]
-    assert _run_dir(old) == _run_dir(default)
+    assert _run_dir(default) == _run_dir(compose("contaminate", resolve=True))
     suppressed = compose("contaminate", "exposure.suppress.prefills=[probe]", resolve=True)
     assert _run_dir(suppressed) != _run_dir(default)
 
