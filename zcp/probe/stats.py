@@ -4,34 +4,8 @@ The test itself is pure statistics over scores and lives in zcp.core.permutation
 the benchmarks layer runs it too); this module adds what the probe knows: a metric's kind from the metric table
 (`metric_kind`), so `paired_test(metric, ...)` needs no `kind`. Every name of zcp.core.permutation is re-exported.
 
-Data: item i has one original score X_i and m_i >= 1 reference scores Y_i1..Y_im (its isomorphic
-perturbations). H0: the original is exchangeable with its perturbations (the model treats it like any
-other member of its family); H1 (one-sided): the original scores higher.
-Statistic: T = sum_i (X_i - mean_j Y_ij).
-
-- Within-item permutation test (default, every metric): under H0 the label "original" is uniform over
-  the m_i + 1 versions of item i, independently across items.
-  * Binary metrics (kind "binary" in the metric table zcp.probe.metrics: acc, con): exact. Item i with
-    k_i ones among its versions contributes 1 - (k_i - 1)/m_i with probability k_i/(m_i + 1) and -k_i/m_i
-    otherwise; scaled by L = lcm(m_i) these are integers, and the null law of T is the convolution of the
-    two-point laws (a sum of binomials per (m_i, k_i) class), so p = P(T* >= T_obs) is exact. At m = 1 it
-    is McNemar's exact test.
-  * Continuous metrics (p_first, p_all, and any score that is not a registered binary metric): Monte Carlo
-    over B relabellings, p = (1 + #{T* >= T_obs})/(B + 1), never 0 (valid for any B); exact enumeration
-    of all prod_i (m_i + 1) relabellings when that is <= B.
-  With k_i original-side versions per item (k paraphrases tested against m references) the same test
-  labels a uniformly chosen k_i-subset of the k_i + m_i versions "original" (hypergeometric counts for
-  binary metrics), and T uses the per-item mean of each side.
-  Why not a sign test on the averaged draws or the paired bootstrap: with m > 1 the sign of
-  X_i - mean_j Y_ij is not balanced under H0 (an item at accuracy 0.9 is ahead 24% of the time and behind
-  10%), so that sign test rejects 30-85% of true nulls at high accuracy; the bootstrap of the mean rejects
-  at n = 1 and ~11% at n = 20 with skewed scores. The paired bootstrap stays available
-  (`test="bootstrap"`) for fidelity to the paper's code.
-- Calibration (Sellke, Bayarri & Berger 2001): BF10 = 1 / (-e p ln p) for p < 1/e, else 1;
-  C_cont = BF10 / (1 + BF10), in [0.5, 1).
-- Combination across metrics: Bonferroni on the smallest p. The metrics are computed on the same
-  items and are strongly dependent, so Fisher's or Stouffer's rules (which assume independence) would
-  overstate the evidence; Bonferroni is valid under any dependence, at a cost of at most a factor k.
+The data, H0, the statistic, the test per kind, the calibration and the combination across metrics are stated
+once, in zcp.core.permutation's docstring.
 """
 
 from __future__ import annotations
