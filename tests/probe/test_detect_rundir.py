@@ -14,37 +14,18 @@ import re
 from pathlib import Path
 
 import pytest
-from configs import compose
+from detect_world import Q, build_world, detect_cfg
 from fakes import FakeBackend
 
-from zcp.benchmarks.loaders import save_items
-from zcp.core.items import Item
 from zcp.core.rundir import RUN_DIR_SCHEMA, RUN_FINGERPRINT
 from zcp.errors import RunDirError
-
-Q = "Ann has {a} pens and gets {b} more. How many pens?"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tok, tiny_model) -> Path:
     """A model folder (the weights' fingerprint names the run; the backend itself is a FakeBackend) and 4 items with
     one reference row each."""
-    root = tmp_path_factory.mktemp("rundir_world")
-    tiny_model.save_pretrained(root / "model")
-    tiny_tok.save_pretrained(root / "model")
-    items = [Item(f"q{i}", Q.format(a=i + 10, b=3), str(i + 13)) for i in range(4)]
-    refs = [Item(f"q{i}::r0", Q.format(a=i + 40, b=3), str(i + 43), metadata={"original_id": f"q{i}"})
-            for i in range(4)]
-    save_items(root / "bench.jsonl", items)
-    save_items(root / "ref.jsonl", refs)
-    return root
-
-
-def _cfg(world: Path, out: Path, *extra: str):
-    return compose("detect", f"model.path={world / 'model'}", f"data.path={world / 'bench.jsonl'}",
-                   f"data.reference_path={world / 'ref.jsonl'}", "data.format=items", "data.name=bench",
-                   "logger=none", "run.progress=false", "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=50",
-                   f"output_dir={out}", *extra)
+    return build_world(tmp_path_factory.mktemp("rundir_world"), tiny_tok, tiny_model)
 
 
 class _Counting(FakeBackend):
@@ -104,12 +85,12 @@ def test_a_multi_convention_run_refuses_another_configurations_directory_before_
 
     out = tmp_path / "run"
     _backend(monkeypatch)
-    _detect(_cfg(world, out, *first))
+    _detect(detect_cfg(world, out, *first))
     before = _snapshot(out)
     old = json.loads((out / RUN_FINGERPRINT).read_text())["fingerprint"]
     built = _never_load(monkeypatch)
     with pytest.raises(RunDirError) as e:
-        _detect(_cfg(world, out, "probe.prefill=[probe,boxed]"))
+        _detect(detect_cfg(world, out, "probe.prefill=[probe,boxed]"))
     msg = str(e.value)
     assert "\n" not in msg and not built
     found = re.search(r"another configuration \(fingerprint ([0-9a-f]{16}); this detect run: ([0-9a-f]{16}); "
@@ -119,7 +100,7 @@ def test_a_multi_convention_run_refuses_another_configurations_directory_before_
     assert _snapshot(out) == before  # nothing written: the old run's records, summary, table, config stay
 
     def entry_point() -> None:  # what evaluate/run_detect.py makes of it: exit 2, the one line
-        _detect(_cfg(world, out, "probe.prefill=[probe,boxed]"))
+        _detect(detect_cfg(world, out, "probe.prefill=[probe,boxed]"))
 
     with pytest.raises(SystemExit) as exit_:
         one_line_errors(entry_point)()
@@ -129,10 +110,10 @@ def test_a_multi_convention_run_refuses_another_configurations_directory_before_
 def test_the_same_multi_convention_configuration_resumes(world, tmp_path, monkeypatch):
     out = tmp_path / "run"
     _backend(monkeypatch)
-    first = _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
+    first = _detect(detect_cfg(world, out, "probe.prefill=[probe,hash]"))
     records = {p: p.read_text() for p in out.glob("conv-*/records.jsonl")}
     fb = _backend(monkeypatch)
-    again = _detect(_cfg(world, out, "probe.prefill=[probe,hash]"))
+    again = _detect(detect_cfg(world, out, "probe.prefill=[probe,hash]"))
     assert fb.calls == {"score": 0, "generate": 0}  # nothing probed again
     assert {p: p.read_text() for p in records} == records and again["verdicts"] == first["verdicts"]
 
@@ -144,7 +125,7 @@ def test_a_directory_made_before_the_run_dir_schema_is_refused_in_one_line_befor
     before any model loads and without writing anything."""
     out = tmp_path / "run"
     _backend(monkeypatch)
-    _detect(_cfg(world, out))
+    _detect(detect_cfg(world, out))
     stamp = json.loads((out / RUN_FINGERPRINT).read_text())
     assert stamp["schema"] == RUN_DIR_SCHEMA
     built = _never_load(monkeypatch)
@@ -155,11 +136,11 @@ def test_a_directory_made_before_the_run_dir_schema_is_refused_in_one_line_befor
                                           rf"{stamp['fingerprint']}\): made by another version of zcp; use another "
                                           "output_dir, "
                                           "or delete .* to rebuild it"):
-        _detect(_cfg(world, out))
+        _detect(detect_cfg(world, out))
     (out / RUN_FINGERPRINT).unlink()  # a run made before the file existed, whatever its config.yaml says
     with pytest.raises(RunDirError, match=r"holds records\.jsonl but no run_fingerprint\.json \(a run of unknown "
                                           r"configuration; this detect run: fingerprint [0-9a-f]{16}\)"):
-        _detect(_cfg(world, out))
+        _detect(detect_cfg(world, out))
     assert not built and not (out / RUN_FINGERPRINT).exists()
 
 
@@ -170,7 +151,7 @@ def test_a_second_run_on_a_busy_directory_is_refused_before_it_loads_a_model(wor
     import zcp.backends.registry
 
     out = tmp_path / "run"
-    cfg = _cfg(world, out, *extra)
+    cfg = detect_cfg(world, out, *extra)
     fb = FakeBackend({})
     built: list = []
     refused: list[str] = []
@@ -194,5 +175,5 @@ def test_a_run_refused_after_its_model_loaded_leaves_no_directory(world, tmp_pat
     _backend(monkeypatch, kind=_Counting)
     out = tmp_path / "new" / "run"
     with pytest.raises(Exception, match=r"nothing left to test|more positions than the model"):
-        _detect(_cfg(world, out, "data.on_overflow=skip"))
+        _detect(detect_cfg(world, out, "data.on_overflow=skip"))
     assert not (tmp_path / "new").exists()

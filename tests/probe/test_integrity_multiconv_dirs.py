@@ -9,34 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from configs import compose
+from detect_world import Q, build_world, detect_cfg
 from fakes import FakeBackend
 
-from zcp.benchmarks.loaders import save_items
-from zcp.core.items import Item
 from zcp.errors import RunDirError
-
-Q = "Ann has {a} pens and gets {b} more. How many pens?"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tok, tiny_model) -> Path:
-    root = tmp_path_factory.mktemp("multiconv_dirs")
-    tiny_model.save_pretrained(root / "model")
-    tiny_tok.save_pretrained(root / "model")
-    items = [Item(f"q{i}", Q.format(a=i + 10, b=3), str(i + 13)) for i in range(4)]
-    refs = [Item(f"q{i}::r0", Q.format(a=i + 40, b=3), str(i + 43), metadata={"original_id": f"q{i}"})
-            for i in range(4)]
-    save_items(root / "bench.jsonl", items)
-    save_items(root / "ref.jsonl", refs)
-    return root
-
-
-def _cfg(world: Path, out: Path, *extra: str):
-    return compose("detect", f"model.path={world / 'model'}", f"data.path={world / 'bench.jsonl'}",
-                   f"data.reference_path={world / 'ref.jsonl'}", "data.format=items", "data.name=bench",
-                   "logger=none", "run.progress=false", "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=50",
-                   f"output_dir={out}", *extra)
+    return build_world(tmp_path_factory.mktemp("multiconv_dirs"), tiny_tok, tiny_model)
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
@@ -52,7 +33,7 @@ def test_a_multi_convention_run_over_another_finished_run_is_refused_and_changes
 
     out = tmp_path / "run"
     monkeypatch.setattr(zcp.backends.registry, "build_backend", lambda *a, **k: FakeBackend({Q.format(a=10, b=3): "13"}))
-    run_detect(_cfg(world, out, *first))
+    run_detect(detect_cfg(world, out, *first))
     before = _snapshot(out)
     assert "records.jsonl" in before or "conv-probe/records.jsonl" in before
 
@@ -61,7 +42,7 @@ def test_a_multi_convention_run_over_another_finished_run_is_refused_and_changes
 
     monkeypatch.setattr(zcp.backends.registry, "build_backend", refuse)
     with pytest.raises(RunDirError) as e:
-        run_detect(_cfg(world, out, f"probe.prefill={second}"))
+        run_detect(detect_cfg(world, out, f"probe.prefill={second}"))
     msg = str(e.value)
     assert "\n" not in msg and "another configuration (fingerprint" in msg and "probe.prefill" in msg, msg
     assert _snapshot(out) == before
