@@ -54,3 +54,18 @@ def tiny_model(tiny_tok):
     from zcp.core.testing import tiny_llama
 
     return tiny_llama(tiny_tok, hidden=32, layers=2, heads=2)
+
+
+@pytest.fixture
+def no_load(monkeypatch) -> list:
+    """Fails the test if any model is built (the checks must refuse before)."""
+    import zcp.backends.registry
+
+    built: list = []
+
+    def refuse(*a, **kw):
+        built.append(a)
+        raise AssertionError("a model was loaded before the check refused")
+
+    monkeypatch.setattr(zcp.backends.registry, "build_backend", refuse)
+    return built

@@ -101,20 +101,6 @@ def test_run_detect_on_it_is_one_line_exit_2_and_leaves_no_directory(mismatched,
     assert not (tmp_path / "run").exists()
 
 
-@pytest.fixture
-def no_load(monkeypatch) -> list:
-    import zcp.backends.registry
-
-    built: list = []
-
-    def refuse(*a, **kw):
-        built.append(a)
-        raise AssertionError("a model was loaded before the check refused")
-
-    monkeypatch.setattr(zcp.backends.registry, "build_backend", refuse)
-    return built
-
-
 @pytest.mark.xfail(strict=True, reason="the DiD's pre-load checks (zcp.config.model.check_model_files, called by "
                                        "zcp.probe.did.base_model_config) read config.json, weights and tokenizer "
                                        "files but not whether the config fits the weights: the base model's "

@@ -42,21 +42,6 @@ def data(tmp_path) -> list[str]:
             "probe.metrics=[p_first,p_all]", "stats.bootstrap_samples=100"]
 
 
-@pytest.fixture
-def no_load(monkeypatch) -> list:
-    """Fails the test if any model is built (the checks must refuse before)."""
-    import zcp.backends.registry
-
-    built: list = []
-
-    def refuse(*a, **kw):
-        built.append(a)
-        raise AssertionError("a model was loaded before the check refused")
-
-    monkeypatch.setattr(zcp.backends.registry, "build_backend", refuse)
-    return built
-
-
 def _detect(*overrides: str):
     from zcp.probe.run import run_detect
 
